@@ -1,0 +1,1 @@
+"""Activities: one class per external system, holding its client; sync methods run on a thread pool."""

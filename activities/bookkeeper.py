@@ -1,0 +1,79 @@
+"""Activities on BookKeeper ledger metadata in ZooKeeper: verify that a ledger is what the request says, and
+compare-and-delete it."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities._boundary import translate_errors
+from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.contracts import (
+    DeleteBkLedgerInput,
+    DeleteBkLedgerResult,
+    DeleteBkLedgerStatus,
+    Verdict,
+    VerifyBkMetadataInput,
+    VerifyBkMetadataResult,
+)
+from ledger_deletion.errors import MetadataFormatError
+from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
+from ledger_deletion.request import LedgerComponent, PendingDeleteLedgerInfo
+
+# Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
+APPLICATION = "application"
+COMPONENT = "component"
+MANAGED_LEDGER = "pulsar/managed-ledger"
+CURSOR = "pulsar/cursor"
+SCHEMA_ID = "pulsar/schemaId"
+
+
+class BookKeeperActivities:
+    def __init__(self, store: LedgerStore) -> None:
+        self._store = store
+
+    @activity.defn(name="verify_bk_metadata")
+    @translate_errors
+    def verify_bk_metadata(self, inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
+        znode = self._store.read(inp.request.ledger_id)
+        if znode is None:
+            return VerifyBkMetadataResult(Verdict.NOT_FOUND, reason="no ledger znode")
+        try:
+            metadata = parse_ledger_metadata(znode.data)
+        except MetadataFormatError as exc:
+            # Unreadable metadata proves nothing about ownership: never delete it.
+            return VerifyBkMetadataResult(Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}")
+        verdict, reason = judge(metadata, inp.request)
+        return VerifyBkMetadataResult(
+            verdict, znode.version, reason, metadata_format_version=metadata.format_version, length=metadata.length
+        )
+
+    @activity.defn(name="delete_bk_ledger")
+    @translate_errors
+    def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
+        deleted = self._store.delete(inp.ledger_id, inp.expected_version)
+        if deleted is None:
+            return DeleteBkLedgerResult(DeleteBkLedgerStatus.ALREADY_DELETED)
+        return DeleteBkLedgerResult(DeleteBkLedgerStatus.DELETED if deleted else DeleteBkLedgerStatus.VERSION_CHANGED)
+
+
+def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[Verdict, str]:
+    """Does this ledger's BK metadata prove it is the ledger the request describes?"""
+    application = metadata.custom(APPLICATION)
+    if application is None:
+        return Verdict.MISMATCH, "ledger has no application tag: ownership cannot be proven"
+    if application != "pulsar":
+        return Verdict.NOT_PULSAR, f"application is {application!r}"
+    component = metadata.custom(COMPONENT)
+    expected: dict[str, str | None]
+    if request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
+        expected = {COMPONENT: "schema", SCHEMA_ID: request.schema_id}
+    elif request.ledger_component is LedgerComponent.MANAGED_CURSOR:
+        expected = {COMPONENT: "managed-ledger", MANAGED_LEDGER: request.managed_ledger_name, CURSOR: request.cursor_name}
+    else:
+        # A data ledger carries no cursor tag: a cursor ledger claimed as data is a mismatch.
+        expected = {COMPONENT: "managed-ledger", MANAGED_LEDGER: request.managed_ledger_name, CURSOR: None}
+    for key, want in expected.items():
+        have = component if key == COMPONENT else metadata.custom(key)
+        if have != want:
+            return Verdict.MISMATCH, f"{key} is {have!r}, request says {want!r}"
+    return Verdict.MATCH, ""

@@ -1,0 +1,35 @@
+"""Activities on the Pulsar binary protocol: ack the messages this process received, publish dead letters."""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities._boundary import translate_errors
+from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_letter_properties
+from ledger_deletion.contracts import AckMessagesInput, AckMessagesResult, DeadLetterInput, DeadLetterResult
+from ledger_deletion.formats.avro import encode_request
+
+
+class MessagingActivities:
+    def __init__(self, pending: PendingAcks, dead_letters: Publisher) -> None:
+        self._pending = pending
+        self._dead_letters = dead_letters
+
+    @activity.defn(name="ack_messages")
+    @translate_errors
+    def ack_messages(self, inp: AckMessagesInput) -> AckMessagesResult:
+        acked, unknown = self._pending.ack(inp.message_ids)
+        return AckMessagesResult(acked=acked, unknown=unknown)
+
+    @activity.defn(name="publish_dead_letter")
+    @translate_errors
+    def publish_dead_letter(self, inp: DeadLetterInput) -> DeadLetterResult:
+        properties = dead_letter_properties(
+            reason=inp.reason,
+            failed_step=inp.failed_step,
+            attempts=inp.attempts,
+            workflow_id=inp.workflow_id,
+            original=inp.request.properties,
+        )
+        message_id = self._dead_letters.send(encode_request(inp.request), properties)
+        return DeadLetterResult(message_id=message_id)

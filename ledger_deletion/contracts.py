@@ -1,0 +1,211 @@
+"""Inputs and outputs of the workflow and of every activity: one dataclass in, one out.
+
+Pure module (no I/O) shared by workflow code and activity code. Fields added later must have defaults: the
+Temporal data converter fills missing fields from defaults and fails on missing required ones, so histories
+recorded by older workers keep replaying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ledger_deletion.request import LedgerInfo, PendingDeleteLedgerInfo
+
+
+class Outcome(StrEnum):
+    """How a deletion request ended. Every outcome is acked."""
+
+    DELETED = "DELETED"
+    ALREADY_DELETED = "ALREADY_DELETED"
+    SKIPPED_IN_USE = "SKIPPED_IN_USE"
+    SKIPPED_METADATA_MISMATCH = "SKIPPED_METADATA_MISMATCH"
+    SKIPPED_NOT_PULSAR = "SKIPPED_NOT_PULSAR"
+    DEAD_LETTERED = "DEAD_LETTERED"
+
+
+class Step(StrEnum):
+    """Workflow steps; the values are the activity names, so operators see the same word everywhere."""
+
+    CHECK_TOPIC = "check_topic"
+    ASK_OWNER_BROKER = "ask_owner_broker"
+    WAIT_IN_USE = "wait_in_use"
+    VERIFY_BK_METADATA = "verify_bk_metadata"
+    DELETE_BK_LEDGER = "delete_bk_ledger"
+    DELETE_OFFLOAD_SEGMENT = "delete_offload_segment"
+    PUBLISH_DEAD_LETTER = "publish_dead_letter"
+    ACK_MESSAGES = "ack_messages"
+    DONE = "done"
+
+
+@dataclass(frozen=True)
+class RetrySpec:
+    max_attempts: int = 10
+    initial_seconds: float = 1.0
+    max_interval_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class DeletionPolicy:
+    """Everything the workflow needs from settings, carried in its input (workflows cannot read settings)."""
+
+    pulsar_queue: str = "ledger-deletion-pulsar"
+    bookkeeper_queue: str = "ledger-deletion-bookkeeper"
+    offload_queue: str = "ledger-deletion-offload"
+    default_retry: RetrySpec = field(default_factory=RetrySpec)
+    step_retry: dict[str, RetrySpec] = field(default_factory=dict)
+    activity_timeout_seconds: float = 60.0
+    in_use_rechecks: int = 3
+    in_use_recheck_seconds: float = 60.0
+    ack_schedule_to_start_seconds: float = 120.0
+
+    def retry_for(self, step: Step) -> RetrySpec:
+        return self.step_retry.get(step.value, self.default_retry)
+
+
+@dataclass(frozen=True)
+class MessageRef:
+    """A received, not yet acked deletion message; acked only by the process that received it."""
+
+    message_id: str  # str(pulsar MessageId), the key of that process's pending-ack registry
+    ack_queue: str  # task queue of the receiving process's ack worker
+    topic: str = ""
+    redelivery_count: int = 0
+
+
+# --- workflow ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeletionInput:
+    request: PendingDeleteLedgerInfo
+    policy: DeletionPolicy = field(default_factory=DeletionPolicy)
+
+
+@dataclass(frozen=True)
+class DeletionResult:
+    outcome: Outcome
+    ledger_id: int
+    ledger_type: str
+    reason: str = ""
+    failed_step: str = ""
+    messages_acked: int = 0
+    messages_unacked: int = 0  # holders that went away; those messages are redelivered and end in a new run
+    deleted_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class DeletionStatus:
+    """Answer of the ``status`` query."""
+
+    step: str
+    attempts: int
+    last_error: str
+    messages_collected: int
+    messages_acked: int
+    outcome: str = ""
+
+
+# --- activities -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckTopicInput:
+    topic_name: str
+
+
+@dataclass(frozen=True)
+class CheckTopicResult:
+    exists: bool
+    partitions: int = 0
+
+
+@dataclass(frozen=True)
+class AskOwnerBrokerInput:
+    topic_name: str
+    ledger_id: int
+
+
+@dataclass(frozen=True)
+class AskOwnerBrokerResult:
+    in_use: bool
+    topic_exists: bool = True
+    referenced_as: str = ""  # "ledgers" | "cursor:<name>" | "schema" | "compacted" when in use
+    owner_url: str = ""
+
+
+class Verdict(StrEnum):
+    MATCH = "MATCH"
+    NOT_FOUND = "NOT_FOUND"
+    MISMATCH = "MISMATCH"
+    NOT_PULSAR = "NOT_PULSAR"
+
+
+@dataclass(frozen=True)
+class VerifyBkMetadataInput:
+    request: PendingDeleteLedgerInfo
+
+
+@dataclass(frozen=True)
+class VerifyBkMetadataResult:
+    verdict: Verdict
+    znode_version: int = -1
+    reason: str = ""
+    metadata_format_version: int = 0
+    length: int = 0
+
+
+@dataclass(frozen=True)
+class DeleteBkLedgerInput:
+    ledger_id: int
+    expected_version: int
+
+
+class DeleteBkLedgerStatus(StrEnum):
+    DELETED = "DELETED"
+    ALREADY_DELETED = "ALREADY_DELETED"
+    VERSION_CHANGED = "VERSION_CHANGED"
+
+
+@dataclass(frozen=True)
+class DeleteBkLedgerResult:
+    status: DeleteBkLedgerStatus
+
+
+@dataclass(frozen=True)
+class DeleteOffloadInput:
+    ledger_id: int
+    managed_ledger_name: str
+    context: LedgerInfo
+
+
+@dataclass(frozen=True)
+class DeleteOffloadResult:
+    outcome: Outcome  # DELETED | ALREADY_DELETED | SKIPPED_METADATA_MISMATCH
+    deleted_keys: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class AckMessagesInput:
+    message_ids: list[str]
+
+
+@dataclass(frozen=True)
+class AckMessagesResult:
+    acked: int
+    unknown: int = 0  # not held by this process (already acked)
+
+
+@dataclass(frozen=True)
+class DeadLetterInput:
+    request: PendingDeleteLedgerInfo
+    reason: str
+    failed_step: str
+    attempts: int
+    workflow_id: str
+
+
+@dataclass(frozen=True)
+class DeadLetterResult:
+    message_id: str

@@ -1,0 +1,89 @@
+"""The one exception tree of the service.
+
+Every error raised by project code is a ``LedgerDeletionError``. Errors of the libraries underneath
+(kazoo, botocore, httpx, pulsar) are translated into this tree where they are caught, with ``raise ... from``
+so the cause stays visible. Activities hand the tree to Temporal through :func:`to_application_error`, which
+decides retryability in exactly one place::
+
+    LedgerDeletionError
+    ├── TransientError                 retried with backoff by Temporal
+    │   ├── MetadataStoreUnavailable   ZooKeeper connection loss / timeouts
+    │   ├── ObjectStoreUnavailable     S3 5xx, throttling, connection errors
+    │   ├── AdminApiUnavailable        Pulsar admin 5xx, timeouts, connection errors
+    │   ├── MessagingUnavailable       Pulsar client send/ack failures
+    │   └── DeletionNotConfirmed       objects still visible after DeleteObjects
+    └── PermanentError                 never retried: the request goes to the dead-letter topic
+        ├── InvalidRequestError        a message that cannot be a valid PendingDeleteLedgerInfo
+        ├── MetadataFormatError        bytes that are not the format they claim to be
+        ├── AuthorizationError         401/403 from a service
+        ├── UnsupportedOffloadDriver   offload driver this service cannot delete from
+        └── ConfigurationError         settings that cannot work
+"""
+
+from __future__ import annotations
+
+
+class LedgerDeletionError(Exception):
+    """Base of every error raised by this project."""
+
+
+class TransientError(LedgerDeletionError):
+    """A failure that may go away on retry (I/O, availability)."""
+
+
+class MetadataStoreUnavailable(TransientError):
+    """ZooKeeper could not be reached or timed out."""
+
+
+class ObjectStoreUnavailable(TransientError):
+    """The S3-compatible object store answered 5xx, throttled, or could not be reached."""
+
+
+class AdminApiUnavailable(TransientError):
+    """The Pulsar admin REST API answered 5xx, timed out, or could not be reached."""
+
+
+class MessagingUnavailable(TransientError):
+    """The Pulsar binary protocol client failed to send or acknowledge."""
+
+
+class DeletionNotConfirmed(TransientError):
+    """Objects were still visible after they were deleted (jclouds-style silent failure)."""
+
+
+class PermanentError(LedgerDeletionError):
+    """A failure that retrying cannot fix."""
+
+
+class InvalidRequestError(PermanentError):
+    """A message that does not decode, or decodes into something that cannot be a valid request."""
+
+
+class MetadataFormatError(PermanentError):
+    """Stored bytes that do not parse as the format they should be in."""
+
+
+class AuthorizationError(PermanentError):
+    """A service refused our credentials (401/403)."""
+
+
+class UnsupportedOffloadDriver(PermanentError):
+    """The offload driver named in the OffloadContext is not one this service can delete from."""
+
+
+class ConfigurationError(PermanentError):
+    """Settings that cannot work together."""
+
+
+PERMANENT_ERROR_TYPES: tuple[str, ...] = tuple(
+    cls.__name__
+    for cls in (
+        PermanentError,
+        InvalidRequestError,
+        MetadataFormatError,
+        AuthorizationError,
+        UnsupportedOffloadDriver,
+        ConfigurationError,
+    )
+)
+"""Names Temporal must never retry; used in every activity retry policy."""

@@ -1,0 +1,1 @@
+"""Generated protobuf modules (see README.md in this folder for sources and the regeneration command)."""

@@ -1,0 +1,38 @@
+"""Custom search attributes that make every deletion findable in the Temporal UI.
+
+Pure module (imported by workflow code). The embedded dev server registers them at start; production
+registers them with ``ledger-deletion setup``.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+LEDGER_ID = SearchAttributeKey.for_int("LedgerId")
+LEDGER_TYPE = SearchAttributeKey.for_keyword("LedgerType")
+LEDGER_COMPONENT = SearchAttributeKey.for_keyword("LedgerComponent")
+PULSAR_TOPIC = SearchAttributeKey.for_keyword("PulsarTopic")
+PULSAR_TENANT = SearchAttributeKey.for_keyword("PulsarTenant")
+PULSAR_NAMESPACE = SearchAttributeKey.for_keyword("PulsarNamespace")
+DELETION_STEP = SearchAttributeKey.for_keyword("DeletionStep")
+DELETION_OUTCOME = SearchAttributeKey.for_keyword("DeletionOutcome")
+
+ALL: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
+    LEDGER_ID,
+    LEDGER_TYPE,
+    LEDGER_COMPONENT,
+    PULSAR_TOPIC,
+    PULSAR_TENANT,
+    PULSAR_NAMESPACE,
+    DELETION_STEP,
+    DELETION_OUTCOME,
+)
+
+
+def dev_server_flags() -> list[str]:
+    """``--search-attribute Name=Type`` flags for ``temporal server start-dev``."""
+    flags: list[str] = []
+    for key in ALL:
+        kind = "Int" if key is LEDGER_ID else "Keyword"
+        flags += ["--search-attribute", f"{key.name}={kind}"]
+    return flags

@@ -1,0 +1,111 @@
+"""Settings, read once from the environment at the edge (CLI / worker start) and passed down as values.
+
+Every variable is listed in the README's settings table. Defaults point at the embedded stack
+(``ledger-deletion stack up``), so everything works on one machine without configuration; for a real cluster
+set the endpoints (``eval "$(ledger-deletion stack env)"`` shows the full list).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ledger_deletion.errors import ConfigurationError
+
+DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
+DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
+
+POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
+
+
+class StepRetry(BaseModel):
+    """Override of the retry policy for one step, e.g. ``{"delete_offload_segment": {"max_attempts": 3}}``."""
+
+    max_attempts: int | None = Field(default=None, ge=1)
+    initial_seconds: float | None = Field(default=None, gt=0)
+    max_interval_seconds: float | None = Field(default=None, gt=0)
+
+
+class Settings(BaseSettings):
+    """All settings of the service. Environment variable names are ``LEDGER_DELETION_<FIELD>`` unless noted."""
+
+    model_config = SettingsConfigDict(env_prefix="LEDGER_DELETION_", extra="ignore", frozen=True)
+
+    # Temporal (standard TEMPORAL_* names, as the Temporal CLI uses)
+    temporal_address: str = Field(
+        default="127.0.0.1:17233", validation_alias=AliasChoices("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS")
+    )
+    temporal_namespace: str = Field(
+        default="default", validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "LEDGER_DELETION_TEMPORAL_NAMESPACE")
+    )
+    temporal_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("TEMPORAL_API_KEY", "LEDGER_DELETION_TEMPORAL_API_KEY")
+    )
+    temporal_tls: bool = Field(default=False, validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS"))
+    temporal_ui_url: str = "http://127.0.0.1:18233"
+    task_queue_prefix: str = "ledger-deletion"
+
+    # Pulsar
+    pulsar_url: str = "pulsar://127.0.0.1:16650"
+    pulsar_admin_url: str = "http://127.0.0.1:18080"
+    pulsar_token: SecretStr | None = None
+    topic: str = DEFAULT_TOPIC
+    dlq_topic: str = ""  # empty: "<topic>-DLQ"
+    subscription: str = DEFAULT_SUBSCRIPTION
+    admin_timeout_seconds: float = Field(default=10.0, gt=0)
+    admin_max_redirects: int = Field(default=5, ge=0)
+
+    # BookKeeper metadata in ZooKeeper
+    zookeeper: str = "127.0.0.1:12181"
+    zookeeper_digest: SecretStr | None = None  # "user:password" for ZooKeeper digest auth
+    bk_ledgers_root: str = "/ledgers"
+    zookeeper_timeout_seconds: float = Field(default=10.0, gt=0)
+
+    # Tiered storage (S3-compatible). Empty endpoint = AWS default chain and endpoints.
+    s3_endpoint: str = "http://127.0.0.1:19000"
+    s3_region: str = "us-east-1"
+    offload_bucket: str = "pulsar-offload"
+
+    # Retry / grace policy (PIP-186 defaults)
+    max_attempts: int = Field(default=10, ge=1)
+    retry_initial_seconds: float = Field(default=1.0, gt=0)
+    retry_max_interval_seconds: float = Field(default=600.0, gt=0)
+    step_retry: dict[str, StepRetry] = Field(default_factory=dict)
+    activity_timeout_seconds: float = Field(default=60.0, gt=0)
+    in_use_rechecks: int = Field(default=3, ge=0)
+    in_use_recheck_seconds: float = Field(default=60.0, ge=0)
+    ack_schedule_to_start_seconds: float = Field(default=120.0, gt=0)
+
+    # Pools
+    workflow_concurrency: int = Field(default=100, ge=1)
+    pulsar_concurrency: int = Field(default=64, ge=1)
+    bookkeeper_concurrency: int = Field(default=64, ge=1)
+    offload_concurrency: int = Field(default=32, ge=1)
+    ingest_max_inflight: int = Field(default=1000, ge=1)  # received, not yet acked messages per process
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+
+    @property
+    def dead_letter_topic(self) -> str:
+        return self.dlq_topic or f"{self.topic}-DLQ"
+
+    def task_queue(self, pool: str) -> str:
+        if pool not in POOLS:
+            raise ConfigurationError(f"unknown pool {pool!r}; pools are {', '.join(POOLS)}")
+        return f"{self.task_queue_prefix}-{pool}"
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (tests, CLI flags)."""
+        return self.model_copy(update=changes)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment once. Call only at the edge (CLI commands, worker ``main``)."""
+    settings = Settings()
+    return settings.with_overrides(**overrides) if overrides else settings
+
+
+def seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)

@@ -1,0 +1,326 @@
+"""Workflow logic on the real Temporal dev server, with every activity replaced by name.
+
+Fast: no ZooKeeper, S3 or Pulsar. Each test runs a worker on its own task queue with fake activities that
+record their calls, and checks the outcome and which activities ran (or did not run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from ledger_deletion.contracts import (
+    AckMessagesInput,
+    AckMessagesResult,
+    AskOwnerBrokerInput,
+    AskOwnerBrokerResult,
+    CheckTopicInput,
+    CheckTopicResult,
+    DeadLetterInput,
+    DeadLetterResult,
+    DeleteBkLedgerInput,
+    DeleteBkLedgerResult,
+    DeleteBkLedgerStatus,
+    DeleteOffloadInput,
+    DeleteOffloadResult,
+    DeletionInput,
+    DeletionPolicy,
+    DeletionResult,
+    MessageRef,
+    Outcome,
+    RetrySpec,
+    Verdict,
+    VerifyBkMetadataInput,
+    VerifyBkMetadataResult,
+)
+from ledger_deletion.request import (
+    LedgerComponent,
+    LedgerInfo,
+    LedgerType,
+    OffloadContext,
+    OffloadDriverMetadata,
+    PendingDeleteLedgerInfo,
+)
+from workers.ingest import search_attributes_for
+from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, LedgerDeletionWorkflow
+
+pytestmark = pytest.mark.stack
+
+
+@dataclass
+class Fakes:
+    """Scriptable stand-ins for the real activities; ``calls`` counts invocations by activity name."""
+
+    topic_exists: bool = True
+    in_use_answers: list[bool] = field(default_factory=lambda: [False])
+    verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
+    delete_statuses: list[DeleteBkLedgerStatus] = field(default_factory=lambda: [DeleteBkLedgerStatus.DELETED])
+    delete_error: str | None = None
+    offload_outcome: Outcome = Outcome.DELETED
+    calls: Counter[str] = field(default_factory=Counter)
+    acked: list[str] = field(default_factory=list)
+    dead_letters: list[DeadLetterInput] = field(default_factory=list)
+    delete_versions: list[int] = field(default_factory=list)
+
+    def activities(self) -> list[object]:
+        fakes = self
+
+        @activity.defn(name="check_topic")
+        def check_topic(inp: CheckTopicInput) -> CheckTopicResult:
+            fakes.calls["check_topic"] += 1
+            return CheckTopicResult(exists=fakes.topic_exists)
+
+        @activity.defn(name="ask_owner_broker")
+        def ask_owner_broker(inp: AskOwnerBrokerInput) -> AskOwnerBrokerResult:
+            fakes.calls["ask_owner_broker"] += 1
+            answer = fakes.in_use_answers.pop(0) if len(fakes.in_use_answers) > 1 else fakes.in_use_answers[0]
+            return AskOwnerBrokerResult(in_use=answer, referenced_as="ledgers" if answer else "")
+
+        @activity.defn(name="verify_bk_metadata")
+        def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
+            fakes.calls["verify_bk_metadata"] += 1
+            verdict = fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
+            return VerifyBkMetadataResult(verdict, znode_version=fakes.calls["verify_bk_metadata"], reason=verdict.value)
+
+        @activity.defn(name="delete_bk_ledger")
+        def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
+            fakes.calls["delete_bk_ledger"] += 1
+            fakes.delete_versions.append(inp.expected_version)
+            if fakes.delete_error:
+                raise ApplicationError(fakes.delete_error, {"attempt": activity.info().attempt}, type="MetadataStoreUnavailable")
+            status = fakes.delete_statuses.pop(0) if len(fakes.delete_statuses) > 1 else fakes.delete_statuses[0]
+            return DeleteBkLedgerResult(status)
+
+        @activity.defn(name="delete_offload_segment")
+        def delete_offload_segment(inp: DeleteOffloadInput) -> DeleteOffloadResult:
+            fakes.calls["delete_offload_segment"] += 1
+            return DeleteOffloadResult(fakes.offload_outcome, deleted_keys=["s3://b/k"])
+
+        @activity.defn(name="ack_messages")
+        def ack_messages(inp: AckMessagesInput) -> AckMessagesResult:
+            fakes.calls["ack_messages"] += 1
+            fakes.acked.extend(inp.message_ids)
+            return AckMessagesResult(acked=len(inp.message_ids))
+
+        @activity.defn(name="publish_dead_letter")
+        def publish_dead_letter(inp: DeadLetterInput) -> DeadLetterResult:
+            fakes.calls["publish_dead_letter"] += 1
+            fakes.dead_letters.append(inp)
+            return DeadLetterResult(message_id="dlq-1")
+
+        return [check_topic, ask_owner_broker, verify_bk_metadata, delete_bk_ledger, delete_offload_segment, ack_messages, publish_dead_letter]
+
+
+@dataclass
+class Harness:
+    client: Client
+    queue: str
+    fakes: Fakes
+
+    @property
+    def policy(self) -> DeletionPolicy:
+        return DeletionPolicy(
+            pulsar_queue=self.queue,
+            bookkeeper_queue=self.queue,
+            offload_queue=self.queue,
+            default_retry=RetrySpec(max_attempts=3, initial_seconds=0.05, max_interval_seconds=0.1),
+            activity_timeout_seconds=5,
+            in_use_rechecks=2,
+            in_use_recheck_seconds=0.2,
+            ack_schedule_to_start_seconds=2,
+        )
+
+    async def run(
+        self, request: PendingDeleteLedgerInfo, refs: list[MessageRef] | None = None, policy: DeletionPolicy | None = None
+    ) -> DeletionResult:
+        refs = refs if refs is not None else [MessageRef(f"m-{uuid.uuid4().hex[:6]}", self.queue)]
+        handle = await self.client.start_workflow(
+            LedgerDeletionWorkflow.run,
+            DeletionInput(request, policy or self.policy),
+            id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
+            task_queue=self.queue,
+            start_signal=ADD_MESSAGE_SIGNAL,
+            start_signal_args=[refs[0]],
+            search_attributes=search_attributes_for(request),
+        )
+        for ref in refs[1:]:
+            await handle.signal(ADD_MESSAGE_SIGNAL, ref)
+        return await asyncio.wait_for(handle.result(), timeout=30)
+
+
+@pytest.fixture
+async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
+    fakes = Fakes()
+    queue = f"wf-test-{uuid.uuid4().hex[:8]}"
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        async with Worker(
+            temporal_client,
+            task_queue=queue,
+            workflows=[LedgerDeletionWorkflow],
+            activities=fakes.activities(),
+            activity_executor=executor,
+        ):
+            yield Harness(temporal_client, queue, fakes)
+
+
+def data_request(ledger_id: int = 42, **changes: object) -> PendingDeleteLedgerInfo:
+    request = PendingDeleteLedgerInfo(
+        topic_name="public/default/orders-partition-0",
+        ledger_component=LedgerComponent.MANAGED_LEDGER,
+        ledger_type=LedgerType.LEDGER,
+        ledger_id=ledger_id,
+    )
+    return replace(request, **changes)  # type: ignore[arg-type]
+
+
+def offload_request(ledger_id: int = 43) -> PendingDeleteLedgerInfo:
+    context = LedgerInfo(
+        ledger_id=ledger_id,
+        offload_context=OffloadContext(uid_msb=1, uid_lsb=2, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3")),
+    )
+    return data_request(ledger_id, ledger_type=LedgerType.OFFLOAD_LEDGER, context=context)
+
+
+async def test_unreferenced_ledger_is_deleted_and_its_message_acked(harness: Harness) -> None:
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    assert result.messages_acked == 1 and len(harness.fakes.acked) == 1
+    assert harness.fakes.calls["delete_bk_ledger"] == 1
+    # compare-and-delete uses the version the verification saw
+    assert harness.fakes.delete_versions == [1]
+
+
+async def test_ledger_in_use_during_grace_then_released_is_deleted(harness: Harness) -> None:
+    harness.fakes.in_use_answers = [True, False]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.calls["ask_owner_broker"] == 2
+
+
+async def test_ledger_still_in_use_after_grace_is_kept(harness: Harness) -> None:
+    harness.fakes.in_use_answers = [True]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert harness.fakes.calls["ask_owner_broker"] == 3  # first check + 2 re-checks
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
+    assert result.messages_acked == 1
+
+
+async def test_in_use_check_skipped_when_topic_is_gone(harness: Harness) -> None:
+    harness.fakes.topic_exists = False
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.calls["ask_owner_broker"] == 0
+
+
+async def test_in_use_check_skipped_when_request_says_so(harness: Harness) -> None:
+    result = await harness.run(data_request(check_ledger_still_in_use=False))
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.calls["ask_owner_broker"] == 0
+
+
+@pytest.mark.parametrize(
+    ("verdict", "outcome"),
+    [
+        (Verdict.MISMATCH, Outcome.SKIPPED_METADATA_MISMATCH),
+        (Verdict.NOT_PULSAR, Outcome.SKIPPED_NOT_PULSAR),
+        (Verdict.NOT_FOUND, Outcome.ALREADY_DELETED),
+    ],
+)
+async def test_metadata_verdict_other_than_match_never_deletes(
+    harness: Harness, verdict: Verdict, outcome: Outcome
+) -> None:
+    harness.fakes.verdicts = [verdict]
+    result = await harness.run(data_request())
+    assert result.outcome is outcome
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
+    assert result.messages_acked == 1
+
+
+async def test_changed_znode_is_verified_again_before_delete(harness: Harness) -> None:
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED, DeleteBkLedgerStatus.DELETED]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.calls["verify_bk_metadata"] == 2
+    assert harness.fakes.delete_versions == [1, 2]
+
+
+async def test_changed_znode_that_no_longer_matches_is_kept(harness: Harness) -> None:
+    harness.fakes.verdicts = [Verdict.MATCH, Verdict.MISMATCH]
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH
+    assert harness.fakes.calls["delete_bk_ledger"] == 1
+
+
+async def test_step_that_keeps_failing_is_dead_lettered_then_acked(harness: Harness) -> None:
+    harness.fakes.delete_error = "ZooKeeper gone"
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DEAD_LETTERED
+    assert result.failed_step == "delete_bk_ledger"
+    assert harness.fakes.calls["delete_bk_ledger"] == 3  # max_attempts
+    (letter,) = harness.fakes.dead_letters
+    assert letter.failed_step == "delete_bk_ledger" and letter.attempts == 3
+    assert "ZooKeeper gone" in letter.reason and letter.workflow_id.startswith("ledger-deletion/LEDGER/42")
+    assert result.messages_acked == 1
+
+
+async def test_every_message_that_joined_is_acked(harness: Harness) -> None:
+    refs = [MessageRef(f"m-{i}", harness.queue) for i in range(3)] + [MessageRef("m-0", harness.queue)]
+    harness.fakes.in_use_answers = [True, False]  # keeps the workflow open while the signals arrive
+    result = await harness.run(data_request(), refs=refs)
+    assert result.outcome is Outcome.DELETED
+    assert sorted(harness.fakes.acked) == ["m-0", "m-1", "m-2"]  # the duplicate id is acked once
+    assert result.messages_acked == 3
+
+
+async def test_message_whose_holder_is_gone_is_left_for_redelivery(harness: Harness) -> None:
+    refs = [MessageRef("held", harness.queue), MessageRef("orphan", f"{harness.queue}-nobody-polls-this")]
+    harness.fakes.in_use_answers = [True, False]
+    result = await harness.run(data_request(), refs=refs)
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.acked == ["held"]
+    assert result.messages_acked == 1 and result.messages_unacked == 1
+
+
+async def test_offloaded_ledger_goes_to_the_offload_step_only(harness: Harness) -> None:
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.DELETED
+    assert result.deleted_keys == ["s3://b/k"]
+    assert harness.fakes.calls["delete_offload_segment"] == 1
+    assert harness.fakes.calls["verify_bk_metadata"] == 0 and harness.fakes.calls["delete_bk_ledger"] == 0
+
+
+async def test_status_query_reports_step_and_messages(harness: Harness, temporal_client: Client) -> None:
+    harness.fakes.in_use_answers = [True]
+    policy = replace(harness.policy, in_use_rechecks=1, in_use_recheck_seconds=3)
+    request = data_request(ledger_id=77)
+    handle = await temporal_client.start_workflow(
+        LedgerDeletionWorkflow.run,
+        DeletionInput(request, policy),
+        id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
+        task_queue=harness.queue,
+        start_signal=ADD_MESSAGE_SIGNAL,
+        start_signal_args=[MessageRef("q-1", harness.queue)],
+        search_attributes=search_attributes_for(request),
+    )
+    for _ in range(50):
+        status = await handle.query(LedgerDeletionWorkflow.status)
+        if status.step == "wait_in_use":
+            break
+        await asyncio.sleep(0.1)
+    assert status.step == "wait_in_use" and status.messages_collected == 1 and status.messages_acked == 0
+    result = await handle.result()
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    final = await handle.query(LedgerDeletionWorkflow.status)
+    assert final.outcome == "SKIPPED_IN_USE" and final.messages_acked == 1

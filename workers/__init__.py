@@ -1,0 +1,1 @@
+"""Worker processes: one task queue per pool (workflow, pulsar, bookkeeper, offload), scaled independently."""

@@ -1,0 +1,175 @@
+"""The pulsar pool's ingest loop: every message on the deletion topic joins (or starts) its ledger's workflow.
+
+Messages are not acked here: the workflow acks them through this process's ack queue when it is done, so
+Pulsar's unacked-message limits are the backpressure and a crash only causes redelivery. Payloads that cannot
+be a valid request go straight to the dead-letter topic with the reason, then are acked: the loop never
+crashes on input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+from temporalio.client import Client
+from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
+from temporalio.service import RPCError
+
+from ledger_deletion import search_attributes as sa
+from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_letter_properties
+from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
+from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
+from ledger_deletion.formats.avro import decode_request
+from ledger_deletion.request import PendingDeleteLedgerInfo
+from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
+
+log = logging.getLogger(__name__)
+
+RECEIVE_TIMEOUT_MILLIS = 200
+START_RETRY_MAX_SECONDS = 30.0
+
+
+@dataclass
+class IngestStats:
+    received: int = 0
+    started_or_joined: int = 0
+    dead_lettered: int = 0
+
+
+@dataclass
+class Ingestor:
+    temporal: Client
+    consumer: Any  # pulsar.Consumer (multi-topic over the partitions)
+    pending: PendingAcks
+    dead_letters: Publisher
+    policy: DeletionPolicy
+    workflow_queue: str
+    ack_queue: str
+    max_inflight: int = 1000
+    concurrency: int = 32
+    stats: IngestStats = field(default_factory=IngestStats)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Receive until ``stop`` is set; hand-offs in flight finish before returning."""
+        slots = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        while not stop.is_set():
+            if len(self.pending) >= self.max_inflight:
+                await asyncio.sleep(0.05)  # backpressure: wait for workflows to ack
+                continue
+            message = await asyncio.to_thread(self._receive)
+            if message is None:
+                continue
+            self.stats.received += 1
+            await slots.acquire()
+            task = asyncio.create_task(self._handle(message))
+            tasks.add(task)
+            task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _receive(self) -> Any:
+        try:
+            return self.consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MILLIS)
+        except pulsar.Timeout:
+            return None
+        except Exception as exc:  # a closed/reconnecting consumer: keep the loop alive
+            log.warning("receive failed: %s", exc)
+            return None
+
+    async def _handle(self, message: Any) -> None:
+        key = str(message.message_id())
+        self.pending.hold(key, self.consumer, message.message_id())
+        try:
+            request = decode_request(message.data())
+        except InvalidRequestError as exc:
+            await self._dead_letter(message, key, str(exc))
+            return
+        ref = MessageRef(
+            message_id=key,
+            ack_queue=self.ack_queue,
+            topic=message.topic_name(),
+            redelivery_count=message.redelivery_count(),
+        )
+        await self._start_or_join(request, ref)
+        self.stats.started_or_joined += 1
+
+    async def _start_or_join(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> None:
+        delay = 0.5
+        while True:
+            try:
+                await self.temporal.start_workflow(
+                    WORKFLOW_NAME,
+                    DeletionInput(request, self.policy),
+                    id=request.workflow_id,
+                    task_queue=self.workflow_queue,
+                    # A closed run of the same ledger does not block a new one: the new run finds the ledger
+                    # already deleted (every step is idempotent) and acks.
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    start_signal=ADD_MESSAGE_SIGNAL,
+                    start_signal_args=[ref],
+                    search_attributes=search_attributes_for(request),
+                    static_summary=request.summary(),
+                    execution_timeout=None,
+                )
+                return
+            except RPCError as exc:
+                # Temporal unavailable: the message stays unacked and held; keep trying (never drop it).
+                log.warning("start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+
+    async def _dead_letter(self, message: Any, key: str, reason: str) -> None:
+        properties = dead_letter_properties(
+            reason=reason,
+            failed_step="decode",
+            attempts=1,
+            workflow_id="",
+            original={
+                **dict(message.properties()),
+                "ledger-deletion.origin-topic": message.topic_name(),
+                "ledger-deletion.origin-message-id": key,
+            },
+        )
+        delay = 0.5
+        while True:
+            try:
+                await asyncio.to_thread(self.dead_letters.send, message.data(), properties)
+                break
+            except LedgerDeletionError as exc:
+                log.warning("dead-lettering %s failed (%s); retrying", key, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+        await asyncio.to_thread(self.pending.ack, [key])
+        self.stats.dead_lettered += 1
+        log.info("dead-lettered undecodable message %s: %s", key, reason)
+
+
+def search_attributes_for(request: PendingDeleteLedgerInfo) -> TypedSearchAttributes:
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.LEDGER_ID, request.ledger_id),
+            SearchAttributePair(sa.LEDGER_TYPE, request.ledger_type.value),
+            SearchAttributePair(sa.LEDGER_COMPONENT, request.ledger_component.value),
+            SearchAttributePair(sa.PULSAR_TOPIC, request.topic_name),
+            SearchAttributePair(sa.PULSAR_TENANT, request.tenant),
+            SearchAttributePair(sa.PULSAR_NAMESPACE, request.namespace),
+            SearchAttributePair(sa.DELETION_STEP, "started"),
+        ]
+    )
+
+
+def subscribe(client: pulsar.Client, topic: str, subscription: str, receiver_queue_size: int) -> Any:
+    return client.subscribe(
+        topic,
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+        receiver_queue_size=receiver_queue_size,
+        consumer_name=None,
+    )
+
+

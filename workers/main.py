@@ -1,0 +1,23 @@
+"""``ledger-deletion worker``: run one or more pools in this process until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from ledger_deletion.settings import Settings
+from workers.pools import run_pools
+
+
+async def serve(pools: list[str], settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await run_pools(pools, settings, stop)
+
+
+def main(pools: list[str], settings: Settings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(pools, settings))

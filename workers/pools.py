@@ -1,0 +1,202 @@
+"""Running worker pools: build each pool's clients, activities and Temporal workers, run until stopped.
+
+One process may run several pools (``--pool all`` for one machine) or exactly one (production: one
+deployment per pool, scaled on its own task queue's backlog).
+
+Shutdown order matters for "nothing lost": first stop receiving, then let workers finish what they hold
+(the ack worker keeps acking during the grace period), then close the Pulsar consumer. Whatever is still
+unacked at that point is redelivered by Pulsar to another consumer and joins its ledger's workflow again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.bookkeeper import BookKeeperActivities
+from activities.messaging import MessagingActivities
+from activities.offload import OffloadActivities
+from activities.pulsar_admin import PulsarAdminActivities
+from ledger_deletion.adapters import messaging
+from ledger_deletion.adapters.object_store import ObjectStore
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
+from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.policy import deletion_policy
+from ledger_deletion.settings import POOLS, Settings
+from ledger_deletion.temporal_client import connect_temporal
+from workers.ingest import Ingestor, subscribe
+from workflows.ledger_deletion import LedgerDeletionWorkflow
+
+log = logging.getLogger(__name__)
+
+
+def instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class RunningPools:
+    """What a running process exposes to tests and the demo."""
+
+    pools: frozenset[str]
+    ack_queue: str = ""
+    ingestor: Ingestor | None = None
+    workers: list[Worker] = field(default_factory=list)
+
+
+def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
+
+
+def _sandbox() -> SandboxedWorkflowRunner:
+    # Our pure modules are safe to share across runs; re-importing them per run only costs CPU.
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules("ledger_deletion", "workflows")
+    )
+
+
+async def run_pools(
+    pools: Iterable[str],
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    client: Client | None = None,
+    started: asyncio.Future[RunningPools] | None = None,
+) -> None:
+    """Run the given pools until ``stop`` is set, then shut down cleanly."""
+    wanted = frozenset(POOLS if "all" in pools else pools)
+    unknown = wanted - set(POOLS)
+    if unknown:
+        raise ValueError(f"unknown pool(s) {sorted(unknown)}; choose from {', '.join(POOLS)} or all")
+    temporal = client or await connect_temporal(settings)
+    running = RunningPools(pools=wanted)
+    async with AsyncExitStack() as stack:
+        if "workflow" in wanted:
+            running.workers.append(
+                Worker(
+                    temporal,
+                    task_queue=settings.task_queue("workflow"),
+                    workflows=[LedgerDeletionWorkflow],
+                    max_concurrent_workflow_tasks=settings.workflow_concurrency,
+                    workflow_runner=_sandbox(),
+                )
+            )
+        if "bookkeeper" in wanted:
+            store = LedgerStore(
+                settings.zookeeper,
+                settings.bk_ledgers_root,
+                settings.zookeeper_timeout_seconds,
+                settings.zookeeper_digest.get_secret_value() if settings.zookeeper_digest else None,
+            )
+            stack.callback(store.close)
+            bk = BookKeeperActivities(store)
+            running.workers.append(
+                _activity_worker(temporal, settings.task_queue("bookkeeper"), [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency, stack)
+            )
+        if "offload" in wanted:
+            offload = OffloadActivities(ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket)
+            running.workers.append(
+                _activity_worker(temporal, settings.task_queue("offload"), [offload.delete_offload_segment], settings.offload_concurrency, stack)
+            )
+        ingest_task: asyncio.Task[None] | None = None
+        ingest_stop = asyncio.Event()
+        if "pulsar" in wanted:
+            token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
+            admin = PulsarAdminClient(
+                settings.pulsar_admin_url, token, settings.admin_timeout_seconds, settings.admin_max_redirects
+            )
+            stack.callback(admin.close)
+            pulsar_client = messaging.connect(settings.pulsar_url, token)
+            stack.callback(pulsar_client.close)
+            dead_letters = messaging.Publisher(pulsar_client, settings.dead_letter_topic)
+            stack.callback(dead_letters.close)
+            pending = messaging.PendingAcks()
+            admin_activities = PulsarAdminActivities(admin)
+            messaging_activities = MessagingActivities(pending, dead_letters)
+            running.workers.append(
+                _activity_worker(
+                    temporal,
+                    settings.task_queue("pulsar"),
+                    [admin_activities.check_topic, admin_activities.ask_owner_broker, messaging_activities.publish_dead_letter],
+                    settings.pulsar_concurrency,
+                    stack,
+                )
+            )
+            running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
+            running.workers.append(
+                _activity_worker(temporal, running.ack_queue, [messaging_activities.ack_messages], 8, stack)
+            )
+            consumer = await asyncio.to_thread(
+                subscribe, pulsar_client, settings.topic, settings.subscription, min(settings.ingest_max_inflight, 1000)
+            )
+            stack.callback(_close_quietly, consumer)
+            running.ingestor = Ingestor(
+                temporal=temporal,
+                consumer=consumer,
+                pending=pending,
+                dead_letters=dead_letters,
+                policy=deletion_policy(settings),
+                workflow_queue=settings.task_queue("workflow"),
+                ack_queue=running.ack_queue,
+                max_inflight=settings.ingest_max_inflight,
+            )
+        worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
+        if running.ingestor is not None:
+            ingest_task = asyncio.create_task(running.ingestor.run(ingest_stop))
+        log.info("pools %s running (ack queue %s)", sorted(wanted), running.ack_queue or "-")
+        if started is not None and not started.done():
+            started.set_result(running)
+        stopped = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopped, *worker_tasks, *([ingest_task] if ingest_task else [])], return_when=asyncio.FIRST_COMPLETED)
+        # 1. stop receiving; 2. give in-flight workflows time to ack through us; 3. stop the workers.
+        ingest_stop.set()
+        if ingest_task is not None:
+            await ingest_task
+            if settings.shutdown_grace_seconds and running.ingestor is not None and len(running.ingestor.pending):
+                await _drain(running.ingestor, settings.shutdown_grace_seconds)
+        await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
+        for task in worker_tasks:
+            if task.done() and not task.cancelled() and task.exception():
+                log.error("worker failed: %s", task.exception())
+    log.info("pools %s stopped", sorted(wanted))
+
+
+async def _drain(ingestor: Ingestor, grace_seconds: float) -> None:
+    deadline = asyncio.get_running_loop().time() + grace_seconds
+    while len(ingestor.pending) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.2)
+
+
+def _activity_worker(
+    client: Client, task_queue: str, activities: list[Any], concurrency: int, stack: AsyncExitStack
+) -> Worker:
+    executor = _threaded(concurrency, task_queue)
+    stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        activities=activities,
+        activity_executor=executor,
+        max_concurrent_activities=concurrency,
+        graceful_shutdown_timeout=timedelta(seconds=10),
+    )
+
+
+def _close_quietly(consumer: Any) -> None:
+    try:
+        consumer.close()
+    except Exception:  # closing against a dead broker: Pulsar redelivers unacked messages anyway
+        log.debug("consumer close failed", exc_info=True)

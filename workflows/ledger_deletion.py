@@ -1,0 +1,335 @@
+"""LedgerDeletionWorkflow: one durable workflow per (ledger type, ledger id).
+
+Deterministic code only. Activities are called by name with an explicit result type, so this module imports
+no I/O library (boto3 in a workflow module breaks the sandbox; kazoo and pulsar would be re-imported per run).
+
+Flow (see DESIGN.md): verify BK metadata ∥ check topic → ask the owner broker whether the ledger is still in
+use, re-asking on a durable timer during the in-use grace → compare-and-delete the znode (or delete the
+offloaded objects) → ack every message that joined. Exhausted retries or permanent errors dead-letter the
+request, which is then acked as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from ledger_deletion import search_attributes as sa
+    from ledger_deletion.contracts import (
+        AckMessagesInput,
+        AckMessagesResult,
+        AskOwnerBrokerInput,
+        AskOwnerBrokerResult,
+        CheckTopicInput,
+        CheckTopicResult,
+        DeadLetterInput,
+        DeadLetterResult,
+        DeleteBkLedgerInput,
+        DeleteBkLedgerResult,
+        DeleteBkLedgerStatus,
+        DeleteOffloadInput,
+        DeleteOffloadResult,
+        DeletionInput,
+        DeletionPolicy,
+        DeletionResult,
+        DeletionStatus,
+        MessageRef,
+        Outcome,
+        RetrySpec,
+        Step,
+        Verdict,
+        VerifyBkMetadataInput,
+        VerifyBkMetadataResult,
+    )
+    from ledger_deletion.errors import PERMANENT_ERROR_TYPES
+    from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
+
+WORKFLOW_NAME = "LedgerDeletionWorkflow"
+ADD_MESSAGE_SIGNAL = "add_message"
+STATUS_QUERY = "status"
+MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
+
+_R = TypeVar("_R")
+
+_VERDICT_OUTCOME = {
+    Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
+    Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
+    Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
+}
+
+
+class _Finished(Exception):
+    """Internal: a step decided the outcome early (not an error)."""
+
+    def __init__(self, outcome: Outcome, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+        self.reason = reason
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class LedgerDeletionWorkflow:
+    def __init__(self) -> None:
+        self._refs: dict[str, MessageRef] = {}
+        self._settled: set[str] = set()
+        self._acked = 0
+        self._step = Step.CHECK_TOPIC
+        self._attempts = 0
+        self._last_error = ""
+        self._outcome = ""
+        self._failed_step: Step | None = None
+
+    @workflow.signal(name=ADD_MESSAGE_SIGNAL)
+    def add_message(self, ref: MessageRef) -> None:
+        # Redelivery of the same message (same id) must not be acked twice; a new id is a new reference.
+        self._refs.setdefault(ref.message_id, ref)
+
+    @workflow.query(name=STATUS_QUERY)
+    def status(self) -> DeletionStatus:
+        return DeletionStatus(
+            step=self._step.value,
+            attempts=self._attempts,
+            last_error=self._last_error,
+            messages_collected=len(self._refs),
+            messages_acked=self._acked,
+            outcome=self._outcome,
+        )
+
+    @workflow.run
+    async def run(self, inp: DeletionInput) -> DeletionResult:
+        request, policy = inp.request, inp.policy
+        workflow.set_current_details(request.summary())
+        failed_step, reason, deleted_keys = "", "", []
+        try:
+            outcome, reason, deleted_keys = await self._delete(request, policy)
+        except _Finished as finished:
+            outcome, reason = finished.outcome, finished.reason
+        except (ActivityError, ApplicationError) as err:
+            step = self._failed_step or self._step
+            failed_step, reason, attempts = step.value, _describe(err), _attempts_of(err, policy, step)
+            self._attempts, self._last_error = attempts, reason
+            await self._dead_letter(request, policy, reason, failed_step, attempts)
+            outcome = Outcome.DEAD_LETTERED
+        self._outcome = outcome.value
+        workflow.upsert_search_attributes([sa.DELETION_OUTCOME.value_set(outcome.value), sa.DELETION_STEP.value_set(failed_step or Step.DONE.value)])
+        workflow.set_current_details(f"{request.summary()}: {outcome.value} {reason}".strip())
+        unacked = await self._ack_all(policy)
+        self._step = Step.DONE
+        return DeletionResult(
+            outcome=outcome,
+            ledger_id=request.ledger_id,
+            ledger_type=request.ledger_type.value,
+            reason=reason,
+            failed_step=failed_step,
+            messages_acked=self._acked,
+            messages_unacked=unacked,
+            deleted_keys=deleted_keys,
+        )
+
+    # --- deletion ------------------------------------------------------------------------------------------
+
+    async def _delete(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> tuple[Outcome, str, list[str]]:
+        if req.ledger_type is LedgerType.LEDGER:
+            # Both are read-only and independent: one workflow task schedules both.
+            topic, verified = await asyncio.gather(
+                self._check_topic(req, policy),
+                self._verify(req, policy),
+            )
+            if verified.verdict is not Verdict.MATCH:
+                raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+            await self._wait_until_unused(req, policy, topic)
+            return await self._delete_bk_ledger(req, policy, verified)
+        topic = await self._check_topic(req, policy)
+        await self._wait_until_unused(req, policy, topic)
+        assert req.context is not None  # validated when the request was decoded
+        result = await self._activity(
+            Step.DELETE_OFFLOAD_SEGMENT,
+            DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context),
+            DeleteOffloadResult,
+            policy.offload_queue,
+            policy,
+        )
+        return result.outcome, result.reason, result.deleted_keys
+
+    async def _check_topic(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> CheckTopicResult:
+        return await self._activity(
+            Step.CHECK_TOPIC, CheckTopicInput(req.topic_name), CheckTopicResult, policy.pulsar_queue, policy
+        )
+
+    async def _verify(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> VerifyBkMetadataResult:
+        return await self._activity(
+            Step.VERIFY_BK_METADATA,
+            VerifyBkMetadataInput(req),
+            VerifyBkMetadataResult,
+            policy.bookkeeper_queue,
+            policy,
+        )
+
+    async def _wait_until_unused(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, topic: CheckTopicResult
+    ) -> None:
+        """The mark phase publishes before it updates metadata: give the broker a grace period to catch up."""
+        if not topic.exists or not req.check_ledger_still_in_use:
+            return
+        for check in range(policy.in_use_rechecks + 1):
+            answer = await self._activity(
+                Step.ASK_OWNER_BROKER,
+                AskOwnerBrokerInput(req.topic_name, req.ledger_id),
+                AskOwnerBrokerResult,
+                policy.pulsar_queue,
+                policy,
+            )
+            if not answer.in_use:
+                return
+            if check == policy.in_use_rechecks:
+                raise _Finished(
+                    Outcome.SKIPPED_IN_USE,
+                    f"still referenced by {req.topic_name} ({answer.referenced_as}) after {check + 1} checks",
+                )
+            self._step = Step.WAIT_IN_USE
+            if check == 0:
+                workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
+            await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
+
+    async def _delete_bk_ledger(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
+    ) -> tuple[Outcome, str, list[str]]:
+        for _ in range(MAX_VERSION_RACES):
+            deleted = await self._activity(
+                Step.DELETE_BK_LEDGER,
+                DeleteBkLedgerInput(req.ledger_id, verified.znode_version),
+                DeleteBkLedgerResult,
+                policy.bookkeeper_queue,
+                policy,
+            )
+            if deleted.status is DeleteBkLedgerStatus.DELETED:
+                return Outcome.DELETED, "", []
+            if deleted.status is DeleteBkLedgerStatus.ALREADY_DELETED:
+                return Outcome.ALREADY_DELETED, "znode disappeared before delete", []
+            # The znode changed since we checked it: what we verified is no longer what we would delete.
+            verified = await self._verify(req, policy)
+            if verified.verdict is not Verdict.MATCH:
+                return _VERDICT_OUTCOME[verified.verdict], verified.reason, []
+        raise ApplicationError(
+            f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
+            type="MetadataKeepsChanging",
+            non_retryable=True,
+        )
+
+    # --- dead letter and acks ------------------------------------------------------------------------------
+
+    async def _dead_letter(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, reason: str, step: str, attempts: int
+    ) -> None:
+        self._step = Step.PUBLISH_DEAD_LETTER
+        # The request must end somewhere: keep trying to publish it (the message stays unacked meanwhile).
+        forever = RetrySpec(0, policy.default_retry.initial_seconds, policy.default_retry.max_interval_seconds)
+        await workflow.execute_activity(
+            Step.PUBLISH_DEAD_LETTER.value,
+            DeadLetterInput(req, reason, step, attempts, workflow.info().workflow_id),
+            result_type=DeadLetterResult,
+            task_queue=policy.pulsar_queue,
+            start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+            retry_policy=_retry_policy(forever),
+        )
+
+    async def _ack_all(self, policy: DeletionPolicy) -> int:
+        """Ack every message that joined, including ones that arrive while we ack. Returns holders lost."""
+        self._step = Step.ACK_MESSAGES
+        lost = 0
+        while True:
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            pending = [ref for mid, ref in self._refs.items() if mid not in self._settled]
+            if not pending:
+                return lost
+            by_queue: dict[str, list[str]] = defaultdict(list)
+            for ref in pending:
+                by_queue[ref.ack_queue].append(ref.message_id)
+            results = await asyncio.gather(*(self._ack(queue, ids, policy) for queue, ids in by_queue.items()))
+            for (_, ids), acked in zip(by_queue.items(), results, strict=True):
+                self._settled.update(ids)
+                if acked is None:
+                    lost += len(ids)
+                else:
+                    self._acked += len(ids)
+
+    async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
+        try:
+            return await workflow.execute_activity(
+                Step.ACK_MESSAGES.value,
+                AckMessagesInput(ids),
+                result_type=AckMessagesResult,
+                task_queue=queue,
+                # Only the receiving process can ack; if it is gone, its messages are redelivered to another
+                # consumer and end in a new run (every step is idempotent), so waiting longer gains nothing.
+                schedule_to_start_timeout=timedelta(seconds=policy.ack_schedule_to_start_seconds),
+                start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+                retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+            )
+        except ActivityError as err:
+            workflow.logger.warning("ack of %d message(s) on %s failed: %s", len(ids), queue, _describe(err))
+            return None
+
+    async def _activity(
+        self, step: Step, arg: Any, result_type: type[_R], queue: str, policy: DeletionPolicy
+    ) -> _R:
+        self._step = step
+        try:
+            return await workflow.execute_activity(
+                step.value,
+                arg,
+                result_type=result_type,
+                task_queue=queue,
+                start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+                retry_policy=_retry_policy(policy.retry_for(step)),
+            )
+        except ActivityError as err:
+            # With steps running in parallel, the first one to fail is the one to report.
+            self._failed_step = self._failed_step or step
+            self._last_error = _describe(err)
+            raise
+
+
+def _retry_policy(spec: RetrySpec) -> RetryPolicy:
+    return RetryPolicy(
+        initial_interval=timedelta(seconds=spec.initial_seconds),
+        backoff_coefficient=2.0,
+        maximum_interval=timedelta(seconds=max(spec.max_interval_seconds, spec.initial_seconds)),
+        maximum_attempts=spec.max_attempts,
+        non_retryable_error_types=list(PERMANENT_ERROR_TYPES),
+    )
+
+
+def _root_cause(err: BaseException) -> BaseException:
+    while isinstance(err, ActivityError) or (isinstance(err, TimeoutError) and err.cause is not None):
+        if err.cause is None:
+            break
+        err = err.cause
+    return err
+
+
+def _describe(err: BaseException) -> str:
+    cause = _root_cause(err)
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type or 'ApplicationError'}: {cause.message}"[:500]
+    if isinstance(cause, TimeoutError):
+        kind = TimeoutType(cause.type).name if cause.type is not None else "UNKNOWN"
+        return f"timeout ({kind})"
+    return f"{type(cause).__name__}: {cause}"[:500]
+
+
+def _attempts_of(err: BaseException, policy: DeletionPolicy, step: Step) -> int:
+    """Attempts of the failed step: reported by the activity in its error details, else from the policy."""
+    cause = _root_cause(err)
+    if isinstance(cause, ApplicationError) and cause.details:
+        detail = cause.details[0]
+        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
+            return int(detail["attempt"])
+    return policy.retry_for(step).max_attempts if isinstance(err, ActivityError) else 1
