@@ -41,10 +41,16 @@ class BookKeeperActivities:
             metadata = parse_ledger_metadata(znode.data)
         except MetadataFormatError as exc:
             # Unreadable metadata proves nothing about ownership: never delete it.
-            return VerifyBkMetadataResult(Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}")
+            return VerifyBkMetadataResult(
+                Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}"
+            )
         verdict, reason = judge(metadata, inp.request)
         return VerifyBkMetadataResult(
-            verdict, znode.version, reason, metadata_format_version=metadata.format_version, length=metadata.length
+            verdict,
+            znode.version,
+            reason,
+            metadata_format_version=metadata.format_version,
+            length=metadata.length,
         )
 
     @activity.defn(name="delete_bk_ledger")
@@ -53,7 +59,9 @@ class BookKeeperActivities:
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
         if deleted is None:
             return DeleteBkLedgerResult(DeleteBkLedgerStatus.ALREADY_DELETED)
-        return DeleteBkLedgerResult(DeleteBkLedgerStatus.DELETED if deleted else DeleteBkLedgerStatus.VERSION_CHANGED)
+        return DeleteBkLedgerResult(
+            DeleteBkLedgerStatus.DELETED if deleted else DeleteBkLedgerStatus.VERSION_CHANGED
+        )
 
 
 def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[Verdict, str]:
@@ -68,7 +76,11 @@ def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[V
     if request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
         expected = {COMPONENT: "schema", SCHEMA_ID: request.schema_id}
     elif request.ledger_component is LedgerComponent.MANAGED_CURSOR:
-        expected = {COMPONENT: "managed-ledger", MANAGED_LEDGER: request.managed_ledger_name, CURSOR: request.cursor_name}
+        expected = {
+            COMPONENT: "managed-ledger",
+            MANAGED_LEDGER: request.managed_ledger_name,
+            CURSOR: request.cursor_name,
+        }
     else:
         # A data ledger carries no cursor tag: a cursor ledger claimed as data is a mismatch.
         expected = {COMPONENT: "managed-ledger", MANAGED_LEDGER: request.managed_ledger_name, CURSOR: None}

@@ -37,7 +37,8 @@ class OffloadActivities:
             if owner is not None and owner != inp.managed_ledger_name:
                 return DeleteOffloadResult(
                     Outcome.SKIPPED_METADATA_MISMATCH,
-                    reason=f"s3://{bucket}/{key} belongs to {owner!r}, request says {inp.managed_ledger_name!r}",
+                    reason=f"s3://{bucket}/{key} belongs to {owner!r}, "
+                    f"request says {inp.managed_ledger_name!r}",
                 )
             existing[bucket].append(key)
         if not existing:
@@ -45,7 +46,9 @@ class OffloadActivities:
         for bucket, keys in existing.items():
             self._store.delete(bucket, keys)
         # Confirm: some S3 implementations have been seen to accept DeleteObjects and keep the objects.
-        still_there = [f"s3://{b}/{k}" for b, keys in existing.items() for k in keys if self._store.head(b, k)]
+        still_there = [
+            f"s3://{b}/{k}" for b, keys in existing.items() for k in keys if self._store.head(b, k)
+        ]
         if still_there:
             raise DeletionNotConfirmed(f"still present after delete: {', '.join(still_there[:4])}")
         return DeleteOffloadResult(

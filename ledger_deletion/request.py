@@ -140,8 +140,15 @@ def request_from_wire(record: Mapping[str, Any]) -> PendingDeleteLedgerInfo:
     if not isinstance(record, Mapping):
         raise InvalidRequestError(f"request must be an object, got {type(record).__name__}")
     known = {
-        "topicName", "ledgerComponent", "ledgerType", "ledgerId", "cursorName", "schemaId", "context",
-        "checkLedgerStillInUse", "properties",
+        "topicName",
+        "ledgerComponent",
+        "ledgerType",
+        "ledgerId",
+        "cursorName",
+        "schemaId",
+        "context",
+        "checkLedgerStillInUse",
+        "properties",
     }
     unknown = sorted(set(record) - known)
     if unknown:
@@ -198,7 +205,9 @@ def _check_consistency(request: PendingDeleteLedgerInfo) -> None:
         if ctx is None:
             raise InvalidRequestError("context.offloadContext is required for an OFFLOAD_LEDGER request")
         if not ctx.has_uid and not ctx.offload_segment:
-            raise InvalidRequestError("offloadContext has neither a uid nor segments: no object key derivable")
+            raise InvalidRequestError(
+                "offloadContext has neither a uid nor segments: no object key derivable"
+            )
         if request.context is not None and request.context.ledger_id != request.ledger_id:
             raise InvalidRequestError(
                 f"context.ledgerId {request.context.ledger_id} differs from ledgerId {request.ledger_id}"
@@ -220,11 +229,10 @@ def _optional_name(value: object, what: str, pattern: re.Pattern[str]) -> str | 
 
 
 def _enum(enum: type[_E], value: object, what: str) -> _E:
-    try:
+    if isinstance(value, str) and value in enum._value2member_map_:
         return enum(value)
-    except ValueError:
-        allowed = " | ".join(m.value for m in enum)
-        raise InvalidRequestError(f"{what} must be one of {allowed}, got {str(value)[:40]!r}") from None
+    allowed = " | ".join(m.value for m in enum)
+    raise InvalidRequestError(f"{what} must be one of {allowed}, got {str(value)[:40]!r}")
 
 
 def _ledger_id(value: object, what: str) -> int:
@@ -276,7 +284,9 @@ def _driver(value: object, what: str) -> OffloadDriverMetadata | None:
     name = value.get("name")
     if not isinstance(name, str) or not name or len(name) > 64:
         raise InvalidRequestError(f"{what}.name must be a short non-empty string")
-    return OffloadDriverMetadata(name=name, properties=_string_map(value.get("properties"), f"{what}.properties"))
+    return OffloadDriverMetadata(
+        name=name, properties=_string_map(value.get("properties"), f"{what}.properties")
+    )
 
 
 def _segment(value: object, what: str) -> OffloadSegment:

@@ -30,21 +30,25 @@ class StepRetry(BaseModel):
 
 
 class Settings(BaseSettings):
-    """All settings of the service. Environment variable names are ``LEDGER_DELETION_<FIELD>`` unless noted."""
+    """All settings of the service. Environment names are ``LEDGER_DELETION_<FIELD>`` unless noted."""
 
     model_config = SettingsConfigDict(env_prefix="LEDGER_DELETION_", extra="ignore", frozen=True)
 
     # Temporal (standard TEMPORAL_* names, as the Temporal CLI uses)
     temporal_address: str = Field(
-        default="127.0.0.1:17233", validation_alias=AliasChoices("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS")
+        default="127.0.0.1:17233",
+        validation_alias=AliasChoices("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS"),
     )
     temporal_namespace: str = Field(
-        default="default", validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "LEDGER_DELETION_TEMPORAL_NAMESPACE")
+        default="default",
+        validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "LEDGER_DELETION_TEMPORAL_NAMESPACE"),
     )
     temporal_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("TEMPORAL_API_KEY", "LEDGER_DELETION_TEMPORAL_API_KEY")
     )
-    temporal_tls: bool = Field(default=False, validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS"))
+    temporal_tls: bool = Field(
+        default=False, validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS")
+    )
     temporal_ui_url: str = "http://127.0.0.1:18233"
     task_queue_prefix: str = "ledger-deletion"
 

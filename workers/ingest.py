@@ -67,7 +67,8 @@ class Ingestor:
             await slots.acquire()
             task = asyncio.create_task(self._handle(message))
             tasks.add(task)
-            task.add_done_callback(lambda t: (tasks.discard(t), slots.release()))
+            task.add_done_callback(tasks.discard)
+            task.add_done_callback(lambda _: slots.release())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -171,5 +172,3 @@ def subscribe(client: pulsar.Client, topic: str, subscription: str, receiver_que
         receiver_queue_size=receiver_queue_size,
         consumer_name=None,
     )
-
-

@@ -104,12 +104,26 @@ async def run_pools(
             stack.callback(store.close)
             bk = BookKeeperActivities(store)
             running.workers.append(
-                _activity_worker(temporal, settings.task_queue("bookkeeper"), [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency, stack)
+                _activity_worker(
+                    temporal,
+                    settings.task_queue("bookkeeper"),
+                    [bk.verify_bk_metadata, bk.delete_bk_ledger],
+                    settings.bookkeeper_concurrency,
+                    stack,
+                )
             )
         if "offload" in wanted:
-            offload = OffloadActivities(ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket)
+            offload = OffloadActivities(
+                ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
+            )
             running.workers.append(
-                _activity_worker(temporal, settings.task_queue("offload"), [offload.delete_offload_segment], settings.offload_concurrency, stack)
+                _activity_worker(
+                    temporal,
+                    settings.task_queue("offload"),
+                    [offload.delete_offload_segment],
+                    settings.offload_concurrency,
+                    stack,
+                )
             )
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
@@ -130,7 +144,11 @@ async def run_pools(
                 _activity_worker(
                     temporal,
                     settings.task_queue("pulsar"),
-                    [admin_activities.check_topic, admin_activities.ask_owner_broker, messaging_activities.publish_dead_letter],
+                    [
+                        admin_activities.check_topic,
+                        admin_activities.ask_owner_broker,
+                        messaging_activities.publish_dead_letter,
+                    ],
                     settings.pulsar_concurrency,
                     stack,
                 )
@@ -140,7 +158,11 @@ async def run_pools(
                 _activity_worker(temporal, running.ack_queue, [messaging_activities.ack_messages], 8, stack)
             )
             consumer = await asyncio.to_thread(
-                subscribe, pulsar_client, settings.topic, settings.subscription, min(settings.ingest_max_inflight, 1000)
+                subscribe,
+                pulsar_client,
+                settings.topic,
+                settings.subscription,
+                min(settings.ingest_max_inflight, 1000),
             )
             stack.callback(_close_quietly, consumer)
             running.ingestor = Ingestor(
@@ -160,12 +182,19 @@ async def run_pools(
         if started is not None and not started.done():
             started.set_result(running)
         stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait([stopped, *worker_tasks, *([ingest_task] if ingest_task else [])], return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(
+            [stopped, *worker_tasks, *([ingest_task] if ingest_task else [])],
+            return_when=asyncio.FIRST_COMPLETED,
+        )
         # 1. stop receiving; 2. give in-flight workflows time to ack through us; 3. stop the workers.
         ingest_stop.set()
         if ingest_task is not None:
             await ingest_task
-            if settings.shutdown_grace_seconds and running.ingestor is not None and len(running.ingestor.pending):
+            if (
+                settings.shutdown_grace_seconds
+                and running.ingestor is not None
+                and len(running.ingestor.pending)
+            ):
                 await _drain(running.ingestor, settings.shutdown_grace_seconds)
         await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
         for task in worker_tasks:

@@ -106,7 +106,7 @@ class LedgerDeletionWorkflow:
     async def run(self, inp: DeletionInput) -> DeletionResult:
         request, policy = inp.request, inp.policy
         workflow.set_current_details(request.summary())
-        failed_step, reason, deleted_keys = "", "", []
+        failed_step, reason, deleted_keys = "", "", list[str]()
         try:
             outcome, reason, deleted_keys = await self._delete(request, policy)
         except _Finished as finished:
@@ -118,7 +118,12 @@ class LedgerDeletionWorkflow:
             await self._dead_letter(request, policy, reason, failed_step, attempts)
             outcome = Outcome.DEAD_LETTERED
         self._outcome = outcome.value
-        workflow.upsert_search_attributes([sa.DELETION_OUTCOME.value_set(outcome.value), sa.DELETION_STEP.value_set(failed_step or Step.DONE.value)])
+        workflow.upsert_search_attributes(
+            [
+                sa.DELETION_OUTCOME.value_set(outcome.value),
+                sa.DELETION_STEP.value_set(failed_step or Step.DONE.value),
+            ]
+        )
         workflow.set_current_details(f"{request.summary()}: {outcome.value} {reason}".strip())
         unacked = await self._ack_all(policy)
         self._step = Step.DONE
@@ -135,7 +140,9 @@ class LedgerDeletionWorkflow:
 
     # --- deletion ------------------------------------------------------------------------------------------
 
-    async def _delete(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> tuple[Outcome, str, list[str]]:
+    async def _delete(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy
+    ) -> tuple[Outcome, str, list[str]]:
         if req.ledger_type is LedgerType.LEDGER:
             # Both are read-only and independent: one workflow task schedules both.
             topic, verified = await asyncio.gather(
@@ -230,7 +237,9 @@ class LedgerDeletionWorkflow:
     ) -> None:
         self._step = Step.PUBLISH_DEAD_LETTER
         # The request must end somewhere: keep trying to publish it (the message stays unacked meanwhile).
-        forever = RetrySpec(0, policy.default_retry.initial_seconds, policy.default_retry.max_interval_seconds)
+        forever = RetrySpec(
+            0, policy.default_retry.initial_seconds, policy.default_retry.max_interval_seconds
+        )
         await workflow.execute_activity(
             Step.PUBLISH_DEAD_LETTER.value,
             DeadLetterInput(req, reason, step, attempts, workflow.info().workflow_id),
@@ -252,7 +261,9 @@ class LedgerDeletionWorkflow:
             by_queue: dict[str, list[str]] = defaultdict(list)
             for ref in pending:
                 by_queue[ref.ack_queue].append(ref.message_id)
-            results = await asyncio.gather(*(self._ack(queue, ids, policy) for queue, ids in by_queue.items()))
+            results = await asyncio.gather(
+                *(self._ack(queue, ids, policy) for queue, ids in by_queue.items())
+            )
             for (_, ids), acked in zip(by_queue.items(), results, strict=True):
                 self._settled.update(ids)
                 if acked is None:
@@ -262,7 +273,7 @@ class LedgerDeletionWorkflow:
 
     async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
         try:
-            return await workflow.execute_activity(
+            result: AckMessagesResult = await workflow.execute_activity(
                 Step.ACK_MESSAGES.value,
                 AckMessagesInput(ids),
                 result_type=AckMessagesResult,
@@ -273,6 +284,7 @@ class LedgerDeletionWorkflow:
                 start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
                 retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
             )
+            return result
         except ActivityError as err:
             workflow.logger.warning("ack of %d message(s) on %s failed: %s", len(ids), queue, _describe(err))
             return None
@@ -282,7 +294,7 @@ class LedgerDeletionWorkflow:
     ) -> _R:
         self._step = step
         try:
-            return await workflow.execute_activity(
+            result: _R = await workflow.execute_activity(
                 step.value,
                 arg,
                 result_type=result_type,
@@ -290,6 +302,7 @@ class LedgerDeletionWorkflow:
                 start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
                 retry_policy=_retry_policy(policy.retry_for(step)),
             )
+            return result
         except ActivityError as err:
             # With steps running in parallel, the first one to fail is the one to report.
             self._failed_step = self._failed_step or step

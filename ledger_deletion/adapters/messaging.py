@@ -44,7 +44,7 @@ class PendingAcks:
             return len(self._held)
 
     def ack(self, keys: Iterable[str]) -> tuple[int, int]:
-        """Ack held messages; returns (acked, unknown). Unknown ids were acked before (acks are idempotent)."""
+        """Returns (acked, unknown). Unknown ids were acked before (acks are idempotent)."""
         acked = unknown = 0
         for key in keys:
             with self._lock:
@@ -83,7 +83,9 @@ class Publisher:
                 producer = self._producer
             return str(producer.send(payload, properties=properties or {}))
         except Exception as exc:  # pulsar raises its own non-exported error classes
-            raise MessagingUnavailable(f"publish to {self.topic} failed: {type(exc).__name__}: {exc}") from exc
+            raise MessagingUnavailable(
+                f"publish to {self.topic} failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def close(self) -> None:
         with self._lock:

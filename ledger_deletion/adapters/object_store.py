@@ -39,7 +39,9 @@ class ObjectStore:
             "s3",
             endpoint_url=self.endpoint_url or None,
             region_name=self.region,
-            config=Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20),
+            config=Config(
+                retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20
+            ),
         )
 
     def head(self, bucket: str, key: str) -> ObjectHead | None:
@@ -50,7 +52,9 @@ class ObjectStore:
                 if _code(exc) in _MISSING_CODES:
                     return None
                 raise
-        return ObjectHead(key=key, size=int(response.get("ContentLength", 0)), metadata=dict(response.get("Metadata", {})))
+        return ObjectHead(
+            key=key, size=int(response.get("ContentLength", 0)), metadata=dict(response.get("Metadata", {}))
+        )
 
     def delete(self, bucket: str, keys: list[str]) -> None:
         with _translated(f"DeleteObjects s3://{bucket}"):

@@ -61,7 +61,9 @@ class PulsarAdminClient:
 
     def internal_stats(self, topic_name: str) -> AdminResponse:
         """The owner broker's view of the topic (follows 307 to the owner)."""
-        return self._get(f"{topic_path(topic_name)}/internalStats", {"authoritative": "false", "metadata": "false"})
+        return self._get(
+            f"{topic_path(topic_name)}/internalStats", {"authoritative": "false", "metadata": "false"}
+        )
 
     # --- transport -----------------------------------------------------------------------------------------
 
@@ -76,14 +78,18 @@ class PulsarAdminClient:
             try:
                 response = self._http.get(url, params=query, headers=headers)
             except httpx.TransportError as exc:
-                raise AdminApiUnavailable(f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}") from exc
+                raise AdminApiUnavailable(
+                    f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}"
+                ) from exc
             if response.status_code in REDIRECT_CODES:
                 location = response.headers.get("location")
                 if not location:
                     raise AdminApiUnavailable(f"redirect without Location from {urlsplit(url).netloc}")
                 url, query = urljoin(url, location), None  # Location carries the full query
                 if self.token and not self._may_send_token(first, urlsplit(url)):
-                    raise AuthorizationError(f"refusing to follow redirect to untrusted {urlsplit(url).netloc}")
+                    raise AuthorizationError(
+                        f"refusing to follow redirect to untrusted {urlsplit(url).netloc}"
+                    )
                 continue
             return self._interpret(response, url)
         raise AdminApiUnavailable(f"more than {self.max_redirects} redirects for {path}")

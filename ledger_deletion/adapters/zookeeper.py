@@ -101,7 +101,9 @@ class LedgerStore:
 
     def _guard(self, path: str) -> bool:
         if not is_under_root(path, self.ledgers_root):
-            raise ConfigurationError(f"refusing to touch {path!r}: outside the ledgers root {self.ledgers_root!r}")
+            raise ConfigurationError(
+                f"refusing to touch {path!r}: outside the ledgers root {self.ledgers_root!r}"
+            )
         return True
 
     def _zk(self) -> KazooClient:

@@ -1,7 +1,7 @@
 """PendingDeleteLedgerInfo as Avro (fastavro, schemaless single-record encoding as Pulsar's AVRO schema uses).
 
-The schema lives in ``pending_delete_ledger_info.avsc``. Readers resolve the writer's schema against ours, so a
-producer whose schema has extra fields, or lacks optional ones, still decodes (pass its schema as
+The schema lives in ``pending_delete_ledger_info.avsc``. Readers resolve the writer's schema against ours,
+so a producer whose schema has extra fields, or lacks optional ones, still decodes (pass its schema as
 ``writer_schema``, e.g. the one registered on the topic).
 """
 

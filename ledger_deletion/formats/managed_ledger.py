@@ -60,7 +60,7 @@ COMPRESSION_MAGIC: Final = 0x4778
 """``MetaStoreImpl.MAGIC_MANAGED_INFO_METADATA``. No raw record can start with it: 0x47 is field 8 with wire
 type 7, which does not exist, so the check cannot misfire on an uncompressed record."""
 
-MAX_UNCOMPRESSED_SIZE: Final = 256 * 1024 * 1024
+MAX_UNCOMPRESSED_SIZE: Final = 64 * 1024 * 1024
 """Refuse to inflate beyond this: ``uncompressedSize`` is read from the record itself, and a corrupt or
 hostile value must not make us allocate gigabytes. Real records are bounded by the metadata store (ZooKeeper's
 ``jute.maxbuffer`` is 1 MiB by default) times a plausible compression ratio."""
@@ -154,7 +154,12 @@ def _decompress(data: bytes, metadata_type: type[_InfoMetadata], what: str) -> b
             # the size comes from the metadata, exactly what lz4.block needs.
             out = lz4.block.decompress(payload, uncompressed_size=size)
         elif name == "ZSTD":
-            # CompressionCodecZstd writes a standard zstd frame; its header may not carry the content size.
+            # CompressionCodecZstd writes a standard zstd frame. When its header carries a content size the
+            # library allocates that much up front, so a corrupt header is refused before decompressing;
+            # without one, max_output_size bounds the output.
+            declared = zstandard.frame_content_size(payload)
+            if declared not in (-1, size):
+                raise MetadataFormatError(f"{what}: ZSTD frame declares {declared} bytes, header says {size}")
             out = zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
         elif name == "SNAPPY":
             raise MetadataFormatError(

@@ -89,7 +89,8 @@ def test_round_trip(ledger_id):
 
 
 @pytest.mark.parametrize(
-    "name", ["available", "cookies", "LAYOUT", "INSTANCEID", "underreplication", "idgen", "idgen-long", "ID-1"]
+    "name",
+    ["available", "cookies", "LAYOUT", "INSTANCEID", "underreplication", "idgen", "idgen-long", "ID-1"],
 )
 def test_special_znodes(name):
     assert is_special_znode(name)

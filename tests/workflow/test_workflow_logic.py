@@ -64,7 +64,9 @@ class Fakes:
     topic_exists: bool = True
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
-    delete_statuses: list[DeleteBkLedgerStatus] = field(default_factory=lambda: [DeleteBkLedgerStatus.DELETED])
+    delete_statuses: list[DeleteBkLedgerStatus] = field(
+        default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
+    )
     delete_error: str | None = None
     offload_outcome: Outcome = Outcome.DELETED
     calls: Counter[str] = field(default_factory=Counter)
@@ -90,15 +92,21 @@ class Fakes:
         def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
             fakes.calls["verify_bk_metadata"] += 1
             verdict = fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
-            return VerifyBkMetadataResult(verdict, znode_version=fakes.calls["verify_bk_metadata"], reason=verdict.value)
+            return VerifyBkMetadataResult(
+                verdict, znode_version=fakes.calls["verify_bk_metadata"], reason=verdict.value
+            )
 
         @activity.defn(name="delete_bk_ledger")
         def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
             fakes.calls["delete_bk_ledger"] += 1
             fakes.delete_versions.append(inp.expected_version)
             if fakes.delete_error:
-                raise ApplicationError(fakes.delete_error, {"attempt": activity.info().attempt}, type="MetadataStoreUnavailable")
-            status = fakes.delete_statuses.pop(0) if len(fakes.delete_statuses) > 1 else fakes.delete_statuses[0]
+                raise ApplicationError(
+                    fakes.delete_error, {"attempt": activity.info().attempt}, type="MetadataStoreUnavailable"
+                )
+            status = (
+                fakes.delete_statuses.pop(0) if len(fakes.delete_statuses) > 1 else fakes.delete_statuses[0]
+            )
             return DeleteBkLedgerResult(status)
 
         @activity.defn(name="delete_offload_segment")
@@ -118,7 +126,15 @@ class Fakes:
             fakes.dead_letters.append(inp)
             return DeadLetterResult(message_id="dlq-1")
 
-        return [check_topic, ask_owner_broker, verify_bk_metadata, delete_bk_ledger, delete_offload_segment, ack_messages, publish_dead_letter]
+        return [
+            check_topic,
+            ask_owner_broker,
+            verify_bk_metadata,
+            delete_bk_ledger,
+            delete_offload_segment,
+            ack_messages,
+            publish_dead_letter,
+        ]
 
 
 @dataclass
@@ -141,7 +157,10 @@ class Harness:
         )
 
     async def run(
-        self, request: PendingDeleteLedgerInfo, refs: list[MessageRef] | None = None, policy: DeletionPolicy | None = None
+        self,
+        request: PendingDeleteLedgerInfo,
+        refs: list[MessageRef] | None = None,
+        policy: DeletionPolicy | None = None,
     ) -> DeletionResult:
         refs = refs if refs is not None else [MessageRef(f"m-{uuid.uuid4().hex[:6]}", self.queue)]
         handle = await self.client.start_workflow(
@@ -186,7 +205,9 @@ def data_request(ledger_id: int = 42, **changes: object) -> PendingDeleteLedgerI
 def offload_request(ledger_id: int = 43) -> PendingDeleteLedgerInfo:
     context = LedgerInfo(
         ledger_id=ledger_id,
-        offload_context=OffloadContext(uid_msb=1, uid_lsb=2, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3")),
+        offload_context=OffloadContext(
+            uid_msb=1, uid_lsb=2, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3")
+        ),
     )
     return data_request(ledger_id, ledger_type=LedgerType.OFFLOAD_LEDGER, context=context)
 

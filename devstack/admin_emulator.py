@@ -1,0 +1,578 @@
+"""Pulsar admin REST emulator: the three read-only calls the service makes, served from real metadata.
+
+No Pulsar broker can run here (pulsar-lite has no admin API), so this small Flask app answers ``partitions``,
+``internal-info`` and ``internalStats`` from the metadata a broker keeps in ZooKeeper (``/managed-ledgers``,
+``/schemas``, ``/admin/partitioned-topics``, BK ledger znodes), with the response shapes of Pulsar's
+``PersistentTopics`` endpoints (reference: ``pulsar-bk-internals.md`` §6). It plays two brokers: each topic
+is owned by ``brokers[crc32(full topic name) % 2]``, and the other broker answers ``internalStats`` with a
+307 to the owner, as ``validateTopicOwnershipAsync`` does. Optional bearer-token auth on every request shows
+that a client keeps its token across that redirect.
+
+What a broker knows only in memory (counters, read positions, the open ledger) is derived from the stored
+metadata or left at neutral values. Dev/test tooling, not product code.
+
+Run: ``python -m devstack.admin_emulator --zookeeper 127.0.0.1:12181 --port 18080 --owner-port 18081``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import threading
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlencode
+
+from flask import Flask, Response, jsonify, request
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from ledger_deletion.errors import MetadataFormatError
+from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
+from ledger_deletion.formats.bk_paths import DEFAULT_LEDGERS_ROOT, ledger_path
+from ledger_deletion.formats.managed_ledger import (
+    managed_ledger_name,
+    parse_managed_cursor_info,
+    parse_managed_ledger_info,
+    parse_schema_locator,
+    schema_id_for_topic,
+    schema_ledger_ids,
+)
+from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
+
+log = logging.getLogger(__name__)
+
+COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
+COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
+TOPIC_NOT_FOUND = {"reason": "Topic not found"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Names and ownership
+# ---------------------------------------------------------------------------------------------------------
+
+
+def java_url_encode(text: str) -> str:
+    """``URLEncoder.encode(text, UTF_8)`` (Pulsar's ``Codec.encode``): space -> ``+``, ``~`` -> %7E."""
+    return quote_plus(text, safe="*").replace("~", "%7E")
+
+
+@dataclass(frozen=True)
+class TopicRef:
+    """A persistent topic as addressed by an admin URL; ``local`` is in its encoded (managed-ledger) form."""
+
+    namespace: str  # tenant/ns (V2) or tenant/cluster/ns (V1)
+    local: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.namespace}/{self.local}"
+
+    @property
+    def full_name(self) -> str:
+        return f"persistent://{self.name}"
+
+    @property
+    def managed_ledger_path(self) -> str:
+        return f"/managed-ledgers/{managed_ledger_name(self.name)}"
+
+    @property
+    def partitioned_metadata_path(self) -> str:
+        return f"/admin/partitioned-topics/{self.namespace}/persistent/{self.local}"
+
+    @property
+    def schema_path(self) -> str:
+        return f"/schemas/{schema_id_for_topic(self.name)}"
+
+
+def owner_index(topic_name: str, brokers: int = 2) -> int:
+    """Which broker owns a topic: ``crc32("persistent://tenant/ns/local") % brokers``.
+
+    ``topic_name`` may be given with or without the ``persistent://`` prefix. Stands in for Pulsar's bundle
+    assignment (a hash of the topic name mapped to a namespace bundle owned by one broker).
+    """
+    full = topic_name if topic_name.startswith("persistent://") else f"persistent://{topic_name}"
+    return zlib.crc32(full.encode("utf-8")) % brokers
+
+
+def _format_date(millis: int) -> str:
+    """Pulsar's ``DateFormatter.format``: ISO-8601 with offset (UTC here), millisecond precision."""
+    return (
+        datetime.fromtimestamp(millis / 1000, tz=UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )
+
+
+def _position(ledger_id: int, entry_id: int) -> str:
+    return f"{ledger_id}:{entry_id}"  # PositionImpl#toString
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Response bodies (pure functions of the stored records, so they can be tested without a server)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CursorRecord:
+    name: str
+    info: ml_pb.ManagedCursorInfo
+    version: int
+    ctime: int
+    mtime: int
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    info: ml_pb.ManagedLedgerInfo
+    version: int
+    ctime: int
+    mtime: int
+
+
+def _without_none(values: dict[str, Any]) -> dict[str, Any]:
+    # Pulsar's ObjectMapper leaves null fields out (JsonInclude.NON_NULL).
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def internal_info_body(ml: LedgerRecord, cursors: Sequence[CursorRecord]) -> dict[str, Any]:
+    """``org.apache.bookkeeper.mledger.ManagedLedgerInfo`` as ``internal-info`` returns it."""
+    info = ml.info
+    ledgers = [
+        _without_none(
+            {
+                "ledgerId": li.ledgerId,
+                "entries": li.entries if li.HasField("entries") else None,
+                "size": li.size if li.HasField("size") else None,
+                "timestamp": li.timestamp if li.HasField("timestamp") else None,
+                "isOffloaded": li.HasField("offloadContext"),
+            }
+        )
+        for li in info.ledgerInfo
+    ]
+    terminated = (
+        {"ledgerId": info.terminatedPosition.ledgerId, "entryId": info.terminatedPosition.entryId}
+        if info.HasField("terminatedPosition")
+        else None
+    )
+    cursor_bodies: dict[str, Any] = {}
+    for cursor in cursors:
+        ci = cursor.info
+        cursor_bodies[cursor.name] = _without_none(
+            {
+                "version": cursor.version,
+                "creationDate": _format_date(cursor.ctime),
+                "modificationDate": _format_date(cursor.mtime),
+                "cursorsLedgerId": ci.cursorsLedgerId,
+                "markDelete": {"ledgerId": ci.markDeleteLedgerId, "entryId": ci.markDeleteEntryId}
+                if ci.HasField("markDeleteLedgerId")
+                else None,
+                "individualDeletedMessages": [
+                    {
+                        "from": {"ledgerId": r.lowerEndpoint.ledgerId, "entryId": r.lowerEndpoint.entryId},
+                        "to": {"ledgerId": r.upperEndpoint.ledgerId, "entryId": r.upperEndpoint.entryId},
+                    }
+                    for r in ci.individualDeletedMessages
+                ]
+                or None,
+                "properties": {p.name: p.value for p in ci.properties} or None,
+            }
+        )
+    return _without_none(
+        {
+            "version": ml.version,
+            "creationDate": _format_date(ml.ctime),
+            "modificationDate": _format_date(ml.mtime),
+            "ledgers": ledgers,
+            "terminatedPosition": terminated,
+            "cursors": cursor_bodies,
+            "properties": {kv.key: kv.value for kv in info.properties} or None,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class StoredLedger:
+    """What BookKeeper's metadata says about a ledger outside the managed ledger (schema, compacted)."""
+
+    ledger_id: int
+    entries: int
+    size: int
+
+
+def internal_stats_body(
+    ml: LedgerRecord,
+    cursors: Sequence[CursorRecord],
+    schema_ledgers: Sequence[StoredLedger],
+    compacted: StoredLedger | None,
+) -> dict[str, Any]:
+    """``PersistentTopicInternalStats`` as the owner's ``internalStats`` returns it (``metadata=false``)."""
+    info = ml.info
+    ledgers = [
+        {
+            "ledgerId": li.ledgerId,
+            "entries": li.entries,
+            "size": li.size,
+            "offloaded": li.HasField("offloadContext") and li.offloadContext.complete,
+            "underReplicated": False,
+        }
+        for li in info.ledgerInfo
+    ]
+    last = info.ledgerInfo[-1] if info.ledgerInfo else None
+    first_ledger = info.ledgerInfo[0].ledgerId if info.ledgerInfo else -1
+    cursor_stats: dict[str, Any] = {}
+    for cursor in sorted(cursors, key=lambda c: c.name):  # the broker keeps them in a TreeMap
+        ci = cursor.info
+        if ci.HasField("markDeleteLedgerId"):
+            mark_ledger, mark_entry = ci.markDeleteLedgerId, ci.markDeleteEntryId
+        else:  # position lives in the cursor ledger, which we cannot read: "before the first entry"
+            mark_ledger, mark_entry = first_ledger, -1
+        ranges = ", ".join(
+            f"({_position(r.lowerEndpoint.ledgerId, r.lowerEndpoint.entryId)}.."
+            f"{_position(r.upperEndpoint.ledgerId, r.upperEndpoint.entryId)}]"
+            for r in ci.individualDeletedMessages
+        )
+        cursor_stats[cursor.name] = {
+            "markDeletePosition": _position(mark_ledger, mark_entry),
+            "readPosition": _position(mark_ledger, mark_entry + 1),
+            "waitingReadOp": False,
+            "pendingReadOps": 0,
+            "messagesConsumedCounter": 0,
+            "cursorLedger": ci.cursorsLedgerId,
+            "cursorLedgerLastEntry": -1,  # would need the cursor ledger's entries
+            "individuallyDeletedMessages": f"[{ranges}]",
+            "lastLedgerSwitchTimestamp": _format_date(cursor.mtime),
+            "state": "Open" if ci.cursorsLedgerId >= 0 else "NoLedger",
+            "active": False,
+            "numberOfEntriesSinceFirstNotAckedMessage": 0,
+            "totalNonContiguousDeletedMessagesRange": 0,
+            "subscriptionHavePendingRead": False,
+            "subscriptionHavePendingReplayRead": False,
+            "properties": {p.name: p.value for p in ci.properties},
+        }
+    return {
+        "entriesAddedCounter": 0,
+        "numberOfEntries": sum(li.entries for li in info.ledgerInfo),
+        "totalSize": sum(li.size for li in info.ledgerInfo),
+        "currentLedgerEntries": last.entries if last else 0,
+        "currentLedgerSize": last.size if last else 0,
+        "lastLedgerCreatedTimestamp": _format_date(last.timestamp if last else ml.mtime),
+        "waitingCursorsCount": 0,
+        "pendingAddEntriesCount": 0,
+        "lastConfirmedEntry": _position(last.ledgerId, last.entries - 1) if last else "-1:-1",
+        "state": "Terminated" if info.HasField("terminatedPosition") else "LedgerOpened",
+        "ledgers": ledgers,
+        "cursors": cursor_stats,
+        "schemaLedgers": [
+            {
+                "ledgerId": s.ledger_id,
+                "entries": s.entries,
+                "size": s.size,
+                "offloaded": False,
+                "underReplicated": False,
+            }
+            for s in schema_ledgers
+        ],
+        "compactedLedger": {
+            "ledgerId": compacted.ledger_id,
+            "entries": compacted.entries,
+            "size": compacted.size,
+        }
+        if compacted
+        else {"ledgerId": -1, "entries": -1, "size": -1},
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reading the metadata store
+# ---------------------------------------------------------------------------------------------------------
+
+
+class MetadataReader:
+    """Reads a broker's view of a topic from ZooKeeper."""
+
+    def __init__(self, zk: KazooClient, ledgers_root: str = DEFAULT_LEDGERS_ROOT) -> None:
+        self.zk = zk
+        self.ledgers_root = ledgers_root
+
+    def partitions(self, topic: TopicRef) -> int:
+        try:
+            data, _ = self.zk.get(topic.partitioned_metadata_path)
+        except NoNodeError:
+            return 0
+        return int(json.loads(data or b"{}").get("partitions", 0))
+
+    def managed_ledger(self, topic: TopicRef) -> LedgerRecord | None:
+        try:
+            data, stat = self.zk.get(topic.managed_ledger_path)
+        except NoNodeError:
+            return None
+        return LedgerRecord(parse_managed_ledger_info(data or b""), stat.version, stat.ctime, stat.mtime)
+
+    def cursors(self, topic: TopicRef) -> list[CursorRecord]:
+        path = topic.managed_ledger_path
+        records: list[CursorRecord] = []
+        try:
+            names = self.zk.get_children(path)
+        except NoNodeError:
+            return records
+        for name in sorted(names):
+            try:
+                data, stat = self.zk.get(f"{path}/{name}")
+            except NoNodeError:
+                continue  # deleted between the listing and the read
+            records.append(
+                CursorRecord(
+                    name, parse_managed_cursor_info(data or b""), stat.version, stat.ctime, stat.mtime
+                )
+            )
+        return records
+
+    def stored_ledger(self, ledger_id: int) -> StoredLedger | None:
+        """Entries and size from the ledger's BK metadata; None when the ledger no longer exists."""
+        try:
+            data, _ = self.zk.get(ledger_path(ledger_id, self.ledgers_root))
+        except NoNodeError:
+            return None
+        md = parse_ledger_metadata(data)
+        return StoredLedger(ledger_id, md.last_entry_id + 1, md.length)
+
+    def schema_ledgers(self, topic: TopicRef) -> list[StoredLedger]:
+        """Like the broker: the locator's ledgers whose BK metadata exists (missing ones are skipped)."""
+        try:
+            data, _ = self.zk.get(topic.schema_path)
+        except NoNodeError:
+            return []
+        found = (self.stored_ledger(i) for i in sorted(schema_ledger_ids(parse_schema_locator(data))))
+        return [s for s in found if s is not None]
+
+    def compacted_ledger(self, cursors: Sequence[CursorRecord]) -> StoredLedger | None:
+        for cursor in cursors:
+            if cursor.name != COMPACTION_CURSOR:
+                continue
+            for prop in cursor.info.properties:
+                if prop.name == COMPACTED_TOPIC_LEDGER_PROPERTY:
+                    return self.stored_ledger(prop.value) or StoredLedger(prop.value, -1, -1)
+        return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# HTTP
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _error(status: int, reason: str) -> Response:
+    response = jsonify({"reason": reason})
+    response.status_code = status
+    return response
+
+
+def _raw_path() -> str:
+    """The request path as sent, before percent-decoding: encoded topic names must survive unchanged."""
+    raw = request.environ.get("RAW_URI") or request.environ.get("REQUEST_URI")
+    return str(raw).split("?", 1)[0] if raw else quote(request.path, safe="/")
+
+
+def _parse_topic(raw_path: str) -> tuple[TopicRef, str] | None:
+    """``/admin/v2/persistent/t/ns/local/<op>`` or V1 ``/admin/persistent/t/c/ns/local/<op>``."""
+    segments = raw_path.strip("/").split("/")
+    if segments[:3] == ["admin", "v2", "persistent"] and len(segments) == 7:
+        names = segments[3:6]
+    elif segments[:2] == ["admin", "persistent"] and len(segments) == 7:
+        names = segments[2:6]
+    else:
+        return None
+    *namespace, local = names
+    # JAX-RS hands Pulsar the raw segment (@Encoded); it decodes once (Codec.decode) and the managed-ledger
+    # name re-encodes it, so "a%3Ab" and "a:b" address the same topic.
+    ref = TopicRef("/".join(unquote(part) for part in namespace), java_url_encode(unquote_plus(local)))
+    return ref, segments[-1]
+
+
+def create_app(
+    zk: KazooClient,
+    *,
+    broker_urls: Sequence[str],
+    index: int,
+    token: str | None = None,
+    ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+) -> Flask:
+    """One emulated broker; ``broker_urls[index]`` is its own base URL (the list may be filled later)."""
+    app = Flask(f"pulsar-admin-emulator-{index}")
+    reader = MetadataReader(zk, ledgers_root)
+
+    @app.before_request
+    def authenticate() -> Response | None:
+        # AuthenticationProviderToken: "Authorization: Bearer <jwt>"; compared verbatim here.
+        if token is not None and request.headers.get("Authorization") != f"Bearer {token}":
+            return _error(401, "HTTP 401 Unauthorized")
+        return None
+
+    @app.errorhandler(KazooException)
+    @app.errorhandler(KazooTimeoutError)
+    def zookeeper_unavailable(exc: Exception) -> Response:
+        return _error(503, f"metadata store unavailable: {type(exc).__name__}")
+
+    @app.errorhandler(MetadataFormatError)
+    def corrupt_metadata(exc: MetadataFormatError) -> Response:
+        return _error(500, f"cannot read metadata: {exc}")
+
+    @app.get("/health")
+    def health() -> Response:
+        if not zk.connected:
+            return _error(503, "not connected to ZooKeeper")
+        return jsonify({"status": "ok", "broker": broker_urls[index]})
+
+    def topic_route(handler: Callable[[TopicRef], Response]) -> Callable[..., Response]:
+        def view(**_: str) -> Response:
+            parsed = _parse_topic(_raw_path())
+            if parsed is None:
+                return _error(412, "Invalid topic name")
+            return handler(parsed[0])
+
+        view.__name__ = handler.__name__
+        return view
+
+    def partitions(topic: TopicRef) -> Response:
+        return jsonify({"partitions": reader.partitions(topic)})
+
+    def internal_info(topic: TopicRef) -> Response:
+        ml = reader.managed_ledger(topic)  # read from the metadata store: no owner check, as in Pulsar
+        if ml is None:
+            return _error(404, TOPIC_NOT_FOUND["reason"])
+        return jsonify(internal_info_body(ml, reader.cursors(topic)))
+
+    def internal_stats(topic: TopicRef) -> Response:
+        owner = owner_index(topic.full_name, len(broker_urls))
+        if owner != index:
+            # validateTopicOwnershipAsync: redirect to the owner's URL, same path and query, authoritative.
+            query = request.args.to_dict(flat=True)
+            query["authoritative"] = "true"
+            location = f"{broker_urls[owner]}{_raw_path()}?{urlencode(query)}"
+            response = Response(status=307, headers={"Location": location})
+            return response
+        ml = reader.managed_ledger(topic)
+        if ml is None:
+            return _error(404, TOPIC_NOT_FOUND["reason"])
+        cursors = reader.cursors(topic)
+        body = internal_stats_body(
+            ml, cursors, reader.schema_ledgers(topic), reader.compacted_ledger(cursors)
+        )
+        return jsonify(body)
+
+    for prefix in (
+        "/admin/v2/persistent/<tenant>/<namespace>/<topic>",
+        "/admin/persistent/<tenant>/<cluster>/<namespace>/<topic>",
+    ):
+        app.add_url_rule(f"{prefix}/partitions", view_func=topic_route(partitions), endpoint=f"{prefix}:p")
+        app.add_url_rule(
+            f"{prefix}/internal-info", view_func=topic_route(internal_info), endpoint=f"{prefix}:i"
+        )
+        app.add_url_rule(
+            f"{prefix}/internalStats", view_func=topic_route(internal_stats), endpoint=f"{prefix}:s"
+        )
+    return app
+
+
+class AdminEmulator:
+    """Two emulated brokers in one process (threads), sharing one ZooKeeper session.
+
+    Ports may be 0 (pick free ports); :attr:`urls` holds the real base URLs once :meth:`start` returned.
+    """
+
+    def __init__(
+        self,
+        zookeeper: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 18080,
+        owner_port: int = 18081,
+        token: str | None = None,
+        ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+    ) -> None:
+        # Retry the connection forever: the stack starts ZooKeeper and the emulator at the same time, and
+        # /health reports 503 until the session is up.
+        self.zk = KazooClient(
+            hosts=zookeeper, timeout=10.0, connection_retry=KazooRetry(max_tries=-1, max_delay=2.0)
+        )
+        self.urls: list[str] = []
+        self._servers: list[BaseWSGIServer] = []
+        self._threads: list[threading.Thread] = []
+        self._spec = (host, (port, owner_port), token, ledgers_root)
+
+    def start(self) -> AdminEmulator:
+        host, ports, token, ledgers_root = self._spec
+        self.zk.start_async()
+        urls: list[str] = []  # filled below, after binding: with port 0 the URLs are known only then
+        for index, port in enumerate(ports):
+            app = create_app(self.zk, broker_urls=urls, index=index, token=token, ledgers_root=ledgers_root)
+            self._servers.append(make_server(host, port, app, threaded=True))
+        urls.extend(f"http://{host}:{server.server_port}" for server in self._servers)
+        self.urls = urls
+        for server in self._servers:
+            thread = threading.Thread(
+                target=server.serve_forever, name=f"admin-{server.server_port}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        for server in self._servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self.zk.stop()
+        self.zk.close()
+
+    def __enter__(self) -> AdminEmulator:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
+    parser.add_argument("--zookeeper", default="127.0.0.1:12181", help="ZooKeeper connect string")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
+    parser.add_argument("--port", type=int, default=18080, help="broker A (the configured admin URL)")
+    parser.add_argument("--owner-port", type=int, default=18081, help="broker B")
+    parser.add_argument(
+        "--token", default=None, help="require 'Authorization: Bearer <token>' on every request"
+    )
+    parser.add_argument("--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper ledgers root")
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.verbose:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request floods the log
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    emulator = AdminEmulator(
+        args.zookeeper,
+        host=args.host,
+        port=args.port,
+        owner_port=args.owner_port,
+        token=args.token,
+        ledgers_root=args.ledgers_root,
+    ).start()
+    log.info("admin emulator serving %s (ZooKeeper %s)", ", ".join(emulator.urls), args.zookeeper)
+    stop.wait()
+    emulator.stop()
+
+
+if __name__ == "__main__":
+    main()
