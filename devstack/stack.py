@@ -474,6 +474,7 @@ class Stack:
         log.info("%s: started (pid %d), log %s", service.name, proc.pid, log_path)
 
     def _wait_healthy(self, services: list[_Service], deadline: float) -> None:
+        began = time.monotonic()
         pending = list(services)
         while pending:
             for service in list(pending):
@@ -485,6 +486,7 @@ class Stack:
                     )
                 if service.healthy():
                     pending.remove(service)
+                    log.debug("%s: healthy after %.1f s", service.name, time.monotonic() - began)
             if not pending:
                 return
             if time.monotonic() > deadline:

@@ -59,6 +59,12 @@ class Settings(BaseSettings):
     topic: str = DEFAULT_TOPIC
     dlq_topic: str = ""  # empty: "<topic>-DLQ"
     subscription: str = DEFAULT_SUBSCRIPTION
+    # Tenant isolation (seeds/001): per-namespace deletion topics, consumed with the system topic above.
+    # tenant_topics: comma-separated topic names (works on every broker). topic_pattern: whitespace-separated
+    # regexes, each within one namespace as Pulsar's pattern subscriptions are (needs the broker's namespace
+    # topic listing, which pulsar-lite lacks).
+    tenant_topics: str = ""
+    topic_pattern: str = ""
     admin_timeout_seconds: float = Field(default=10.0, gt=0)
     admin_max_redirects: int = Field(default=5, ge=0)
 
@@ -90,6 +96,12 @@ class Settings(BaseSettings):
     offload_concurrency: int = Field(default=32, ge=1)
     ingest_max_inflight: int = Field(default=1000, ge=1)  # received, not yet acked messages per process
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+
+    # Observability: Prometheus endpoints per process (one process per pool in production); 0 turns one off.
+    # Traces go over OTLP when the standard OTEL_* variables are set (see ledger_deletion.observability).
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    temporal_metrics_port: int = Field(default=9465, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"
 
     @property
     def dead_letter_topic(self) -> str:

@@ -23,6 +23,7 @@ from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_lett
 from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
 from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
 from ledger_deletion.formats.avro import decode_request
+from ledger_deletion.observability.ingest import observe_receive
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
 
@@ -84,18 +85,22 @@ class Ingestor:
     async def _handle(self, message: Any) -> None:
         key = str(message.message_id())
         self.pending.hold(key, self.consumer, message.message_id())
-        try:
-            request = decode_request(message.data())
-        except InvalidRequestError as exc:
-            await self._dead_letter(message, key, str(exc))
-            return
-        ref = MessageRef(
-            message_id=key,
-            ack_queue=self.ack_queue,
-            topic=message.topic_name(),
-            redelivery_count=message.redelivery_count(),
-        )
-        await self._start_or_join(request, ref)
+        # One span per message (continuing a traceparent in its properties); Temporal's spans nest under it.
+        with observe_receive(message, key) as observed:
+            try:
+                request = decode_request(message.data())
+            except InvalidRequestError as exc:
+                observed.undecodable()
+                await self._dead_letter(message, key, str(exc))
+                return
+            observed.decoded(request)
+            ref = MessageRef(
+                message_id=key,
+                ack_queue=self.ack_queue,
+                topic=message.topic_name(),
+                redelivery_count=message.redelivery_count(),
+            )
+            await self._start_or_join(request, ref)
         self.stats.started_or_joined += 1
 
     async def _start_or_join(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> None:

@@ -88,8 +88,9 @@ class LedgerDeletionWorkflow:
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
-        # Redelivery of the same message (same id) must not be acked twice; a new id is a new reference.
-        self._refs.setdefault(ref.message_id, ref)
+        # A message is acked by the process holding it. Pulsar redelivers a message with the same id to a
+        # new holder when the old one dies, so a reference is (holder, id): the same pair twice is one ack.
+        self._refs.setdefault(_ref_key(ref), ref)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> DeletionStatus:
@@ -255,7 +256,7 @@ class LedgerDeletionWorkflow:
         lost = 0
         while True:
             await workflow.wait_condition(workflow.all_handlers_finished)
-            pending = [ref for mid, ref in self._refs.items() if mid not in self._settled]
+            pending = [ref for key, ref in self._refs.items() if key not in self._settled]
             if not pending:
                 return lost
             by_queue: dict[str, list[str]] = defaultdict(list)
@@ -264,8 +265,8 @@ class LedgerDeletionWorkflow:
             results = await asyncio.gather(
                 *(self._ack(queue, ids, policy) for queue, ids in by_queue.items())
             )
-            for (_, ids), acked in zip(by_queue.items(), results, strict=True):
-                self._settled.update(ids)
+            for (queue, ids), acked in zip(by_queue.items(), results, strict=True):
+                self._settled.update(f"{queue}|{mid}" for mid in ids)
                 if acked is None:
                     lost += len(ids)
                 else:
@@ -308,6 +309,10 @@ class LedgerDeletionWorkflow:
             self._failed_step = self._failed_step or step
             self._last_error = _describe(err)
             raise
+
+
+def _ref_key(ref: MessageRef) -> str:
+    return f"{ref.ack_queue}|{ref.message_id}"
 
 
 def _retry_policy(spec: RetrySpec) -> RetryPolicy:

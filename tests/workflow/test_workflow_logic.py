@@ -345,3 +345,14 @@ async def test_status_query_reports_step_and_messages(harness: Harness, temporal
     assert result.outcome is Outcome.SKIPPED_IN_USE
     final = await handle.query(LedgerDeletionWorkflow.status)
     assert final.outcome == "SKIPPED_IN_USE" and final.messages_acked == 1
+
+
+async def test_message_redelivered_to_a_new_holder_is_acked_by_the_new_holder(harness: Harness) -> None:
+    """After a pool restart Pulsar redelivers the same message id to another process: ack it there."""
+    dead = f"{harness.queue}-dead-process"
+    refs = [MessageRef("m-1", dead), MessageRef("m-1", harness.queue), MessageRef("m-1", harness.queue)]
+    harness.fakes.in_use_answers = [True, False]
+    result = await harness.run(data_request(), refs=refs)
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.acked == ["m-1"]
+    assert result.messages_acked == 1 and result.messages_unacked == 1

@@ -1,0 +1,167 @@
+"""PIP-186's counters and the step latencies, as OpenTelemetry SDK instruments exposed for Prometheus.
+
+One ``Metrics`` per process. ``install`` puts a Prometheus endpoint on a port (one process per pool in
+production, so one port per pool); before that, instruments record into a provider with no reader, which
+costs nothing and lets library code and tests call them unconditionally.
+
+Labels are deliberately few and bounded: ``pool``, ``tenant``, ``component``, ``outcome``/``reason``/``step``.
+Ledger ids and topics are never labels (unbounded cardinality); they are span attributes instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+
+METER_NAME = "ledger_deletion"
+UNKNOWN = "unknown"
+# Step latencies range from a ZooKeeper read (ms) to an S3 batch delete under throttling (tens of seconds).
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class Labels:
+    """Who a measurement is about; tenant and component come from the request the work belongs to."""
+
+    pool: str
+    tenant: str = UNKNOWN
+    component: str = UNKNOWN
+
+    def as_dict(self, **extra: str) -> dict[str, str]:
+        return {"pool": self.pool, "tenant": self.tenant, "component": self.component, **extra}
+
+
+class Metrics:
+    """The service's instruments. Method names say what happened; each adds one to the matching counter."""
+
+    def __init__(self, provider: MeterProvider) -> None:
+        self.provider = provider
+        meter = provider.get_meter(METER_NAME)
+        # "{request}"-style units are dropped by the Prometheus exporter, so names stay as written + _total.
+        self._received = meter.create_counter(
+            "ledger_deletion_requests_received", "{request}", "Deletion messages received from Pulsar"
+        )
+        self._completed = meter.create_counter(
+            "ledger_deletion_requests_completed", "{request}", "Deletion workflows finished, by outcome"
+        )
+        self._bk_deleted = meter.create_counter(
+            "ledger_deletion_bk_ledgers_deleted", "{ledger}", "BookKeeper ledgers deleted"
+        )
+        self._offload_deleted = meter.create_counter(
+            "ledger_deletion_offloaded_ledgers_deleted", "{ledger}", "Offloaded ledgers deleted"
+        )
+        self._bk_failed = meter.create_counter(
+            "ledger_deletion_bk_delete_failures", "{attempt}", "Failed BookKeeper delete attempts"
+        )
+        self._offload_failed = meter.create_counter(
+            "ledger_deletion_offload_delete_failures", "{attempt}", "Failed tiered-storage delete attempts"
+        )
+        self._acked = meter.create_counter(
+            "ledger_deletion_messages_acked", "{message}", "Deletion messages acknowledged"
+        )
+        self._dead_lettered = meter.create_counter(
+            "ledger_deletion_dead_lettered", "{request}", "Requests published to the dead-letter topic"
+        )
+        self._skipped = meter.create_counter(
+            "ledger_deletion_skipped", "{request}", "Requests that ended without deleting, by reason"
+        )
+        self._step_seconds = meter.create_histogram(
+            "ledger_deletion_step_duration", "s", "Duration of one attempt of a workflow step"
+        )
+        self._meter = meter
+        self._gauges: list[object] = []
+
+    # --- counters ------------------------------------------------------------------------------------------
+
+    def request_received(self, labels: Labels) -> None:
+        self._received.add(1, labels.as_dict())
+
+    def request_completed(self, labels: Labels, outcome: str) -> None:
+        self._completed.add(1, labels.as_dict(outcome=outcome))
+        if outcome.startswith("SKIPPED_"):
+            self._skipped.add(1, labels.as_dict(reason=outcome))
+
+    def bk_ledger_deleted(self, labels: Labels) -> None:
+        self._bk_deleted.add(1, labels.as_dict())
+
+    def offloaded_ledger_deleted(self, labels: Labels) -> None:
+        self._offload_deleted.add(1, labels.as_dict())
+
+    def bk_delete_failed(self, labels: Labels, error: str) -> None:
+        self._bk_failed.add(1, labels.as_dict(error=error))
+
+    def offload_delete_failed(self, labels: Labels, error: str) -> None:
+        self._offload_failed.add(1, labels.as_dict(error=error))
+
+    def messages_acked(self, labels: Labels, count: int) -> None:
+        if count:
+            self._acked.add(count, labels.as_dict())
+
+    def dead_lettered(self, labels: Labels, step: str) -> None:
+        self._dead_lettered.add(1, labels.as_dict(step=step))
+
+    def step_finished(self, labels: Labels, step: str, seconds: float, ok: bool) -> None:
+        self._step_seconds.record(seconds, labels.as_dict(step=step, outcome="ok" if ok else "error"))
+
+    # --- gauges --------------------------------------------------------------------------------------------
+
+    def observe_pending_acks(self, pool: str, count: Callable[[], int]) -> None:
+        """Received-not-acked messages held by this process (the pulsar pool's share of the in-flight)."""
+
+        def callback(_: CallbackOptions) -> Iterable[Observation]:
+            yield Observation(count(), {"pool": pool})
+
+        self._gauges.append(
+            self._meter.create_observable_gauge(
+                "ledger_deletion_pending_acks", [callback], "{message}", "Messages received, not yet acked"
+            )
+        )
+
+
+_lock = threading.Lock()
+_current: Metrics | None = None
+_port: int | None = None
+
+
+def current() -> Metrics:
+    """The process's metrics (a reader-less, free no-op until ``install`` is called)."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = Metrics(MeterProvider(views=_views()))
+        return _current
+
+
+def install(port: int, host: str = "0.0.0.0") -> Metrics:
+    """Serve ``/metrics`` for Prometheus on ``port`` (idempotent: a second call returns the same Metrics)."""
+    global _current, _port
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import start_http_server
+
+    with _lock:
+        if _port is not None and _current is not None:
+            return _current
+        reader = PrometheusMetricReader(disable_target_info=True)
+        _current = Metrics(MeterProvider(metric_readers=[reader], views=_views()))
+        server, _ = start_http_server(port, addr=host)
+        _port = int(server.server_port)  # port 0 (tests) picks a free one
+        return _current
+
+
+def serving_port() -> int | None:
+    """The port ``/metrics`` is served on, once installed."""
+    return _port
+
+
+def _views() -> list[View]:
+    return [
+        View(
+            instrument_name="ledger_deletion_step_duration",
+            aggregation=ExplicitBucketHistogramAggregation(boundaries=STEP_BUCKETS),
+        )
+    ]

@@ -1,0 +1,65 @@
+"""Wiring observability into a worker process: metrics endpoints, tracer provider, and the observed client."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from temporalio.client import Client, Interceptor
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+from ledger_deletion.observability import metrics, tracing
+from ledger_deletion.observability.interceptor import DeletionInterceptor
+from ledger_deletion.settings import POOLS, Settings
+from ledger_deletion.temporal_client import connect_temporal
+
+log = logging.getLogger(__name__)
+
+
+def pool_resolver(settings: Settings) -> Callable[[str], str]:
+    """Task queue → pool name (the per-process ack queues ``<pulsar queue>-ack-<id>`` are the pulsar pool)."""
+    queues = {settings.task_queue(pool): pool for pool in POOLS}
+
+    def pool_of(task_queue: str) -> str:
+        if task_queue in queues:
+            return queues[task_queue]
+        if task_queue.startswith(settings.task_queue("pulsar")):
+            return "pulsar"
+        return metrics.UNKNOWN
+
+    return pool_of
+
+
+def temporal_runtime(settings: Settings, pools: Iterable[str]) -> Runtime | None:
+    """A Runtime exporting the SDK's own metrics (schedule-to-start latency, slots…) on its own port."""
+    if not settings.temporal_metrics_port:
+        return None
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(
+                bind_address=f"{settings.metrics_host}:{settings.temporal_metrics_port}",
+                counters_total_suffix=True,
+                durations_as_seconds=True,
+            ),
+            global_tags={"pool": ",".join(sorted(pools))},
+        )
+    )
+
+
+def interceptors(settings: Settings) -> list[Interceptor]:
+    """Tracing first (it opens the spans), then ours (it annotates them and measures)."""
+    return [tracing.tracing_interceptor(), DeletionInterceptor(pool_resolver(settings))]
+
+
+async def observed_client(settings: Settings, pools: Iterable[str]) -> Client:
+    """Install metrics and tracing for this process and connect a Temporal client that carries them."""
+    names = sorted(set(pools))
+    if settings.metrics_port:
+        metrics.install(settings.metrics_port, settings.metrics_host)
+        log.info("metrics on :%d/metrics", metrics.serving_port() or 0)
+    tracing.install(f"ledger-deletion-{'-'.join(names)}")
+    return await connect_temporal(
+        settings,
+        runtime=temporal_runtime(settings, names),
+        interceptors=interceptors(settings),
+    )

@@ -1,0 +1,13 @@
+"""Find the orphans that already exist: the reconcile pipeline (PySpark) that feeds the deletion service.
+
+Modules, one concern each:
+
+* :mod:`reconcile.extract` — parallel, restartable scan of ZooKeeper (BK ledgers, Pulsar references) and the
+  offload bucket(s) into Parquet;
+* :mod:`reconcile.transform` — pure ``DataFrame -> DataFrame`` reconciliation (anti-joins, classification,
+  safety filters);
+* :mod:`reconcile.report` — counts and reclaimable bytes (terminal table + PNG chart);
+* :mod:`reconcile.job` — orchestration (the ``spark-submit`` entry point);
+* :mod:`reconcile.cli` — the ``ledger-deletion reconcile`` command;
+* :mod:`reconcile.generator` — synthetic clusters of realistic shape with a known set of orphans.
+"""

@@ -1,0 +1,270 @@
+"""Activities and adapters against the real services of the embedded stack (ZooKeeper, S3, admin emulator)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+from kazoo.client import KazooClient
+from temporalio.testing import ActivityEnvironment
+
+from activities.bookkeeper import BookKeeperActivities
+from activities.offload import OffloadActivities
+from activities.pulsar_admin import PulsarAdminActivities
+from devstack.stack import StackEndpoints
+from ledger_deletion.adapters.object_store import ObjectStore
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
+from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.contracts import (
+    AskOwnerBrokerInput,
+    CheckTopicInput,
+    DeleteBkLedgerInput,
+    DeleteBkLedgerStatus,
+    DeleteOffloadInput,
+    Outcome,
+    Verdict,
+    VerifyBkMetadataInput,
+)
+from ledger_deletion.errors import AuthorizationError, ConfigurationError
+from ledger_deletion.formats import managed_ledger as ml
+from ledger_deletion.formats.bk_metadata import (
+    build_pulsar_ledger_metadata,
+    cursor_custom_metadata,
+    managed_ledger_custom_metadata,
+    schema_custom_metadata,
+)
+from ledger_deletion.formats.bk_paths import ledger_path
+from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid
+from ledger_deletion.request import (
+    LedgerComponent,
+    LedgerInfo,
+    LedgerType,
+    OffloadContext,
+    OffloadDriverMetadata,
+    PendingDeleteLedgerInfo,
+)
+
+pytestmark = pytest.mark.stack
+
+TOPIC = "acts/ns1/orders-partition-0"
+ML_NAME = "acts/ns1/persistent/orders-partition-0"
+
+
+def request(ledger_id: int, component: LedgerComponent = LedgerComponent.MANAGED_LEDGER, **kw: Any) -> PendingDeleteLedgerInfo:
+    return PendingDeleteLedgerInfo(
+        topic_name=kw.pop("topic_name", TOPIC), ledger_component=component, ledger_type=LedgerType.LEDGER, ledger_id=ledger_id, **kw
+    )
+
+
+@pytest.fixture(scope="module")
+def bk(stack: StackEndpoints) -> Any:
+    store = LedgerStore(stack.zookeeper)
+    yield BookKeeperActivities(store)
+    store.close()
+
+
+def put_ledger(zk: KazooClient, ledger_id: int, custom: dict[str, str], version: int = 3) -> str:
+    path = ledger_path(ledger_id)
+    zk.create(path, build_pulsar_ledger_metadata(custom, format_version=version), makepath=True)
+    return path
+
+
+def verify(bk: BookKeeperActivities, req: PendingDeleteLedgerInfo) -> Any:
+    return ActivityEnvironment().run(bk.verify_bk_metadata, VerifyBkMetadataInput(req))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("long_id", [False, True])
+async def test_data_ledger_verified_and_compare_and_deleted(bk, zk, new_ledger_id, version, long_id) -> None:
+    ledger_id = new_ledger_id(long=long_id)
+    path = put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME), version)
+    assert path.count("/") == (6 if long_id else 4)
+    verified = verify(bk, request(ledger_id))
+    assert verified.verdict is Verdict.MATCH and verified.metadata_format_version == version
+    env = ActivityEnvironment()
+    result = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    assert result.status is DeleteBkLedgerStatus.DELETED
+    assert zk.exists(path) is None
+    assert zk.exists(path.rsplit("/", 1)[0]) is None or zk.get_children(path.rsplit("/", 1)[0])  # empty parent pruned
+    again = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    assert again.status is DeleteBkLedgerStatus.ALREADY_DELETED
+    assert (verify(bk, request(ledger_id))).verdict is Verdict.NOT_FOUND
+
+
+async def test_changed_znode_is_not_deleted(bk, zk, new_ledger_id) -> None:
+    ledger_id = new_ledger_id()
+    path = put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
+    verified = verify(bk, request(ledger_id))
+    zk.set(path, zk.get(path)[0])  # any write bumps the version
+    result = ActivityEnvironment().run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    assert result.status is DeleteBkLedgerStatus.VERSION_CHANGED
+    assert zk.exists(path) is not None
+
+
+@pytest.mark.parametrize(
+    ("custom", "req_kwargs", "verdict"),
+    [
+        (managed_ledger_custom_metadata("acts/ns1/persistent/other-topic"), {}, Verdict.MISMATCH),
+        (cursor_custom_metadata(ML_NAME, "sub-a"), {}, Verdict.MISMATCH),  # cursor ledger claimed as data
+        (
+            cursor_custom_metadata(ML_NAME, "sub-a"),
+            {"component": LedgerComponent.MANAGED_CURSOR, "cursor_name": "sub-b"},
+            Verdict.MISMATCH,
+        ),
+        (
+            cursor_custom_metadata(ML_NAME, "sub-a"),
+            {"component": LedgerComponent.MANAGED_CURSOR, "cursor_name": "sub-a"},
+            Verdict.MATCH,
+        ),
+        (
+            schema_custom_metadata("acts/ns1/other"),
+            {"component": LedgerComponent.SCHEMA_STORAGE, "schema_id": "acts/ns1/orders"},
+            Verdict.MISMATCH,
+        ),
+        (
+            schema_custom_metadata("acts/ns1/orders"),
+            {"component": LedgerComponent.SCHEMA_STORAGE, "schema_id": "acts/ns1/orders"},
+            Verdict.MATCH,
+        ),
+        ({"application": "distributedlog", "component": "managed-ledger"}, {}, Verdict.NOT_PULSAR),
+        ({}, {}, Verdict.MISMATCH),  # no tags at all: ownership cannot be proven
+    ],
+)
+async def test_metadata_must_match_the_request(bk, zk, new_ledger_id, custom, req_kwargs, verdict) -> None:
+    ledger_id = new_ledger_id()
+    put_ledger(zk, ledger_id, custom)
+    component = req_kwargs.pop("component", LedgerComponent.MANAGED_LEDGER)
+    assert (verify(bk, request(ledger_id, component, **req_kwargs))).verdict is verdict
+
+
+async def test_unreadable_metadata_is_a_mismatch(bk, zk, new_ledger_id) -> None:
+    ledger_id = new_ledger_id()
+    zk.create(ledger_path(ledger_id), b"BookieMetadataFormatVersion\t3\n\xff\xff", makepath=True)
+    result = verify(bk, request(ledger_id))
+    assert result.verdict is Verdict.MISMATCH and "unreadable" in result.reason
+
+
+def test_store_refuses_paths_outside_its_root() -> None:
+    with pytest.raises(ConfigurationError):
+        LedgerStore("127.0.0.1:1", ledgers_root="/")
+    store = LedgerStore("127.0.0.1:1", ledgers_root="/ledgers")
+    with pytest.raises(ConfigurationError):
+        store._guard("/managed-ledgers/x")
+
+
+# --- offload --------------------------------------------------------------------------------------------------
+
+
+def offload_context(msb: int, lsb: int, bucket: str | None) -> OffloadContext:
+    props = {"bucket": bucket} if bucket else {}
+    return OffloadContext(uid_msb=msb, uid_lsb=lsb, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3", props))
+
+
+@pytest.fixture(scope="module")
+def bucket(s3: Any) -> str:
+    name = f"acts-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=name)
+    return name
+
+
+async def test_offloaded_objects_deleted_unrelated_untouched(stack, s3, bucket, new_ledger_id) -> None:
+    ledger_id = new_ledger_id()
+    msb, lsb = 0x1234, -0x5678 - ledger_id
+    data, index = ledger_object_keys(offload_uuid(msb, lsb), ledger_id)
+    neighbour = ledger_object_keys(offload_uuid(msb, lsb), ledger_id + 1)[0]
+    for key in (data, index, neighbour, f"{data}-extra"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": ML_NAME})
+    activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket="not-used")
+    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(msb, lsb, bucket)))
+    result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert result.outcome is Outcome.DELETED
+    assert sorted(result.deleted_keys) == sorted(f"s3://{bucket}/{k}" for k in (data, index))
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    assert data not in keys and index not in keys and neighbour in keys and f"{data}-extra" in keys
+    again = ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert again.outcome is Outcome.ALREADY_DELETED
+
+
+async def test_offloaded_objects_of_another_topic_are_not_deleted(stack, s3, bucket, new_ledger_id) -> None:
+    ledger_id = new_ledger_id()
+    data, index = ledger_object_keys(offload_uuid(7, ledger_id), ledger_id)
+    for key in (data, index):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": "acts/ns1/persistent/other"})
+    activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket=bucket)
+    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(7, ledger_id, None)))
+    result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH
+    assert len(s3.list_objects_v2(Bucket=bucket, Prefix=data)["Contents"]) == 2
+
+
+# --- admin ------------------------------------------------------------------------------------------------------
+
+
+def write_topic(zk: KazooClient, topic: str, ledgers: list[int], cursor_ledger: int | None = None) -> None:
+    info = ml.ManagedLedgerInfo()
+    for ledger_id in ledgers:
+        info.ledgerInfo.add(ledgerId=ledger_id, entries=10, size=100, timestamp=1)
+    path = f"/managed-ledgers/{ml.managed_ledger_name(topic)}"
+    zk.create(path, ml.serialize_managed_ledger_info(info), makepath=True)
+    if cursor_ledger is not None:
+        cursor = ml.ManagedCursorInfo(cursorsLedgerId=cursor_ledger, markDeleteLedgerId=ledgers[0], markDeleteEntryId=0)
+        zk.create(f"{path}/sub", ml.serialize_managed_cursor_info(cursor))
+
+
+def topics_owned_by_each_broker(prefix: str) -> tuple[str, str]:
+    """One topic answered directly by broker A, one answered through a 307 to broker B."""
+    from devstack.admin_emulator import owner_index
+
+    names = [f"{prefix}/t{i}" for i in range(20)]
+    a = next(n for n in names if owner_index(f"persistent://{n}") == 0)
+    b = next(n for n in names if owner_index(f"persistent://{n}") == 1)
+    return a, b
+
+
+async def test_admin_activities_follow_the_owner_redirect(stack, zk, new_ledger_id) -> None:
+    namespace = f"acts/ns-{uuid.uuid4().hex[:6]}"
+    local_a, remote_b = topics_owned_by_each_broker(namespace)
+    l1, l2, cursor = new_ledger_id(), new_ledger_id(), new_ledger_id()
+    for topic in (local_a, remote_b):
+        write_topic(zk, topic, [l1, l2], cursor_ledger=cursor)
+    client = PulsarAdminClient(stack.pulsar_admin_url)
+    activities = PulsarAdminActivities(client)
+    env = ActivityEnvironment()
+    assert (env.run(activities.check_topic, CheckTopicInput(local_a))).exists
+    assert not (env.run(activities.check_topic, CheckTopicInput(f"{namespace}/missing"))).exists
+    for topic, owner in ((local_a, stack.pulsar_admin_url), (remote_b, stack.pulsar_admin_owner_url)):
+        in_use = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, l2))
+        assert in_use.in_use and in_use.referenced_as == "ledgers" and in_use.owner_url == owner
+        cursor_use = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, cursor))
+        assert cursor_use.in_use and cursor_use.referenced_as == "cursor:sub"
+        free = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, new_ledger_id()))
+        assert not free.in_use
+    gone = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(f"{namespace}/missing", l1))
+    assert not gone.in_use and not gone.topic_exists
+    client.close()
+
+
+def test_token_is_not_sent_to_an_untrusted_redirect_target(stack) -> None:
+    """The emulator's 307 goes to 127.0.0.1; a client configured with 'localhost' must not follow it."""
+    from devstack.admin_emulator import owner_index
+
+    topic = next(f"acts/ns/t{i}" for i in range(20) if owner_index(f"persistent://acts/ns/t{i}") == 1)
+    client = PulsarAdminClient(stack.pulsar_admin_url.replace("127.0.0.1", "localhost"), token="s3cret")
+    with pytest.raises(AuthorizationError, match="untrusted"):
+        client.internal_stats(topic)
+    client.close()
+
+
+def test_admin_body_is_the_real_shape(stack, zk, new_ledger_id) -> None:
+    topic = f"acts/ns-{uuid.uuid4().hex[:6]}/shape"
+    l1 = new_ledger_id()
+    write_topic(zk, topic, [l1])
+    client = PulsarAdminClient(stack.pulsar_admin_url)
+    info = client.internal_info(topic)
+    assert info.found and [x["ledgerId"] for x in info.body["ledgers"]] == [l1]
+    stats = client.internal_stats(topic)
+    assert stats.found and stats.body["compactedLedger"]["ledgerId"] == -1
+    json.dumps(stats.body)
+    client.close()

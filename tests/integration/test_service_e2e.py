@@ -1,0 +1,166 @@
+"""The whole service on the real stack: Pulsar messages in, ZooKeeper/S3 deletions and acks out.
+
+The pools run in this process (``service`` fixture) against the session's own deletion topic; the cluster is
+real metadata in ZooKeeper and real objects in S3, trimmed the way PIP-186's mark phase does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import Any
+
+import pulsar
+import pytest
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from devstack.scenario import Scenario, build_and_mark
+from ledger_deletion.contracts import DeletionResult, Outcome
+from ledger_deletion.settings import Settings
+from ledger_deletion.submit import RequestPublisher
+from tests.conftest import running_pools, wait_for_result
+from workers.pools import RunningPools
+
+pytestmark = pytest.mark.stack
+
+
+async def collect_results(client: Client, scenario: Scenario, timeout: float = 120) -> dict[str, DeletionResult]:
+    """Wait for every case's workflow while the scenario's deferred metadata updates happen on time."""
+    started = time.monotonic()
+
+    async def deferred() -> None:
+        while scenario.deferred:
+            scenario.run_deferred(started)
+            await asyncio.sleep(0.05)
+
+    updates = asyncio.create_task(deferred())
+    ids = sorted({case.request.workflow_id for case in scenario.cases})
+    outcomes = await asyncio.gather(*(wait_for_result(client, i, timeout=timeout) for i in ids))
+    await updates
+    return dict(zip(ids, outcomes, strict=True))
+
+
+def read_dead_letters(settings: Settings, count: int, timeout_s: float = 20) -> list[Any]:
+    client = pulsar.Client(settings.pulsar_url)
+    try:
+        consumer = client.subscribe(
+            settings.dead_letter_topic,
+            f"test-reader-{uuid.uuid4().hex[:6]}",
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        letters: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while len(letters) < count and time.monotonic() < deadline:
+            try:
+                message = consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            letters.append(message)
+            consumer.acknowledge(message)
+        consumer.close()
+        return letters
+    finally:
+        client.close()
+
+
+async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> None:
+    assert running.ingestor is not None
+    deadline = time.monotonic() + timeout
+    while len(running.ingestor.pending) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
+
+
+async def test_every_case_of_the_scenario(
+    service: RunningPools, settings: Settings, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+) -> None:
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    scenario = build_and_mark(cluster, f"e2e/ns-{uuid.uuid4().hex[:6]}", publisher.publish, publisher.publish_raw)
+    results = await collect_results(temporal_client, scenario)
+
+    wrong = {
+        case.label: (case.expected.value, results[case.request.workflow_id].outcome.value)
+        for case in scenario.cases
+        if results[case.request.workflow_id].outcome is not case.expected
+    }
+    assert wrong == {}
+    assert scenario.check_storage() == []
+    duplicate = next(c for c in scenario.cases if c.copies == 2)
+    assert results[duplicate.request.workflow_id].messages_acked == 2
+    await wait_until_all_acked(service)
+
+    letters = read_dead_letters(settings, count=len(scenario.garbage))
+    assert [m.data() for m in letters] == scenario.garbage
+    assert letters[0].properties()["ledger-deletion.failed-step"] == "decode"
+    assert letters[0].properties()["ledger-deletion.reason"]
+
+
+async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
+    settings: Settings, temporal_client: Client, zk, s3, stack, new_ledger_id
+) -> None:
+    """An offload pool that cannot reach its S3 endpoint: retries run out, the request is dead-lettered."""
+    broken = settings.with_overrides(
+        topic=f"{settings.topic}-broken",
+        task_queue_prefix=f"{settings.task_queue_prefix}-broken",
+        s3_endpoint="http://127.0.0.1:9",  # discard port: connection refused
+        max_attempts=2,
+    )
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    topic = f"e2e/ns-{uuid.uuid4().hex[:6]}/offloaded"
+    (ledger_id,) = cluster.new_ledger_ids(1)
+    cluster.create_topic(topic, [ledger_id, new_ledger_id()], offloaded={ledger_id})
+    async with running_pools(broken, temporal_client) as running:
+        with RequestPublisher(broken) as broken_publisher:
+            requests = cluster.trim(topic, [ledger_id], broken_publisher.publish)
+        offload = next(r for r in requests if r.ledger_type.value == "OFFLOAD_LEDGER")
+        result = await wait_for_result(temporal_client, offload.workflow_id, timeout=90)
+        assert result.outcome is Outcome.DEAD_LETTERED
+        assert result.failed_step == "delete_offload_segment" and "ObjectStoreUnavailable" in result.reason
+        assert result.messages_acked == 1
+        await wait_until_all_acked(running)
+    assert all(cluster.object_exists(key, bucket) for bucket, key in cluster.offload_keys(offload.context, ledger_id))  # type: ignore[arg-type]
+    (letter,) = read_dead_letters(broken, count=1)
+    props = letter.properties()
+    assert props["ledger-deletion.failed-step"] == "delete_offload_segment"
+    assert props["ledger-deletion.attempts"] == "2"
+    assert props["ledger-deletion.workflow-id"] == offload.workflow_id
+
+
+async def test_restarted_pulsar_pool_loses_nothing(
+    settings: Settings, temporal_client: Client, zk, s3, stack
+) -> None:
+    """Stop the pools while requests are in flight (held messages unacked), start them again: every request
+    still ends deleted and acked, because Pulsar redelivers what the stopped consumer held."""
+    restart = settings.with_overrides(
+        topic=f"{settings.topic}-restart",
+        task_queue_prefix=f"{settings.task_queue_prefix}-restart",
+        in_use_rechecks=1,
+        in_use_recheck_seconds=3,
+        shutdown_grace_seconds=0,
+        ack_schedule_to_start_seconds=3,
+    )
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    topic = f"e2e/ns-{uuid.uuid4().hex[:6]}/restart"
+    ids = cluster.new_ledger_ids(12)
+    cluster.create_topic(topic, ids)
+    # Requests sent before the metadata update: every workflow sits in its in-use grace when we stop.
+    with RequestPublisher(restart) as pub:
+        requests = cluster.requests_for_trim(topic, ids[:10])
+        for request in requests:
+            pub.publish(request)
+    async with running_pools(restart, temporal_client) as first:
+        assert first.ingestor is not None
+        deadline = time.monotonic() + 30
+        while first.ingestor.stats.started_or_joined < len(requests) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert first.ingestor.stats.started_or_joined == len(requests)
+    cluster.remove_ledgers_from_metadata(topic, ids[:10])
+    async with running_pools(restart, temporal_client) as second:
+        results = [await wait_for_result(temporal_client, r.workflow_id, timeout=90) for r in requests]
+        await wait_until_all_acked(second)
+        assert second.ingestor is not None and second.ingestor.stats.received >= len(requests)  # redelivered
+    assert {r.outcome for r in results} <= {Outcome.DELETED, Outcome.ALREADY_DELETED}
+    assert not any(cluster.ledger_exists(i) for i in ids[:10])
+    assert all(cluster.ledger_exists(i) for i in ids[10:])

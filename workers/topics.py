@@ -1,0 +1,93 @@
+"""Topics the pulsar pool consumes: the system deletion topic plus per-namespace ones (tenant isolation).
+
+PIP-186 has one system topic; the mailing-list discussion (seeds/001) asks that a tenant's deletions not
+share a topic with everyone else's. We consume both: explicit per-namespace topics join the system topic in
+one multi-topic consumer, and regex patterns (Pulsar scopes each to one namespace) get a consumer each. The
+ingest loop sees one consumer either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import threading
+from typing import Any
+
+import pulsar
+
+from ledger_deletion.settings import Settings
+
+PATTERN_DISCOVERY_SECONDS = 60
+
+
+def tenant_topics(settings: Settings) -> list[str]:
+    return [t.strip() for t in settings.tenant_topics.split(",") if t.strip()]
+
+
+def topic_patterns(settings: Settings) -> list[str]:
+    return settings.topic_pattern.split()
+
+
+def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size: int) -> Any:
+    """One consumer over every deletion topic of the settings (Shared subscription, from the earliest)."""
+    options: dict[str, Any] = {
+        "consumer_type": pulsar.ConsumerType.Shared,
+        "initial_position": pulsar.InitialPosition.Earliest,
+        "receiver_queue_size": receiver_queue_size,
+    }
+    topics = [settings.topic, *(t for t in tenant_topics(settings) if t != settings.topic)]
+    consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)]
+    for pattern in topic_patterns(settings):
+        consumers.append(
+            client.subscribe(
+                re.compile(pattern),
+                settings.subscription,
+                pattern_auto_discovery_period=PATTERN_DISCOVERY_SECONDS,
+                **options,
+            )
+        )
+    return consumers[0] if len(consumers) == 1 else CompositeConsumer(consumers)
+
+
+class CompositeConsumer:
+    """Several consumers behind the ``receive``/``acknowledge``/``close`` the ingest loop uses.
+
+    Receives round-robin so no topic starves another; remembers which consumer delivered each message id so
+    the ack goes back to it (only the receiving consumer can ack in pulsar-lite and the Python client).
+    """
+
+    def __init__(self, consumers: list[Any]) -> None:
+        self._consumers = consumers
+        self._turn = itertools.cycle(range(len(consumers)))
+        self._owner: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def receive(self, timeout_millis: int) -> Any:
+        share = max(1, timeout_millis // len(self._consumers))
+        for _ in range(len(self._consumers)):
+            consumer = self._consumers[next(self._turn)]
+            try:
+                message = consumer.receive(timeout_millis=share)
+            except pulsar.Timeout:
+                continue
+            with self._lock:
+                # str(MessageId) holds the ledger id, unique in the cluster, so it is unique across topics.
+                self._owner[str(message.message_id())] = consumer
+            return message
+        raise pulsar.Timeout()
+
+    def acknowledge(self, message_id: Any) -> None:
+        with self._lock:
+            consumer = self._owner.get(str(message_id))
+        if consumer is None:
+            raise KeyError("message was not received through this consumer")
+        consumer.acknowledge(message_id)
+        with self._lock:
+            self._owner.pop(str(message_id), None)
+
+    def close(self) -> None:
+        for consumer in self._consumers:
+            # Close the others even if one broker connection is already gone.
+            with contextlib.suppress(Exception):
+                consumer.close()
