@@ -22,7 +22,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-console = Console()
+# Piped output (CI logs, `| tee`) gets a width that fits the demo table instead of 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 150)
 errors = Console(stderr=True)
 
 

@@ -27,12 +27,12 @@ from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from workers.pools import RunningPools, run_pools
 
-DEFAULT_STATE_DIR = Path.home() / ".local" / "state" / "ledger-deletion" / "stack"
+from devstack.stack import default_state_dir as _default_state_dir
 
 
 @pytest.fixture(scope="session")
 def stack() -> StackEndpoints:
-    state_dir = Path(os.environ.get("LEDGER_DELETION_STACK_DIR", DEFAULT_STATE_DIR))
+    state_dir = Path(os.environ.get("LEDGER_DELETION_STACK_DIR", _default_state_dir()))
     endpoints = Stack(state_dir).up()
     # boto3 inside the service reads credentials from the standard chain: point it at moto's dummy ones.
     for name, value in endpoints.as_env().items():

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import signal
 
+from ledger_deletion.observability.setup import observed_client
 from ledger_deletion.settings import Settings
 from workers.pools import run_pools
 
@@ -15,7 +16,9 @@ async def serve(pools: list[str], settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await run_pools(pools, settings, stop)
+    # Metrics endpoints, tracer provider and interceptors live on the client the pools' workers share.
+    client = await observed_client(settings, pools)
+    await run_pools(pools, settings, stop, client=client)
 
 
 def main(pools: list[str], settings: Settings) -> None:

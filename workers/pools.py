@@ -34,10 +34,12 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.observability import metrics
 from ledger_deletion.policy import deletion_policy
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
-from workers.ingest import Ingestor, subscribe
+from workers.ingest import Ingestor
+from workers.topics import subscribe_all
 from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 log = logging.getLogger(__name__)
@@ -157,13 +159,11 @@ async def run_pools(
             running.workers.append(
                 _activity_worker(temporal, running.ack_queue, [messaging_activities.ack_messages], 8, stack)
             )
+            # The system topic plus per-namespace deletion topics (tenant isolation), as one consumer.
             consumer = await asyncio.to_thread(
-                subscribe,
-                pulsar_client,
-                settings.topic,
-                settings.subscription,
-                min(settings.ingest_max_inflight, 1000),
+                subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
             )
+            metrics.current().observe_pending_acks("pulsar", pending.__len__)
             stack.callback(_close_quietly, consumer)
             running.ingestor = Ingestor(
                 temporal=temporal,

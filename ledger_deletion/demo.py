@@ -1,0 +1,176 @@
+"""``ledger-deletion demo``: the whole service on the embedded stack, start to finish, in about a minute.
+
+1. bring the stack up (installs what is missing); 2. write a small Pulsar cluster into ZooKeeper and S3;
+3. start every pool; 4. trim the cluster the way PIP-186's mark phase does (publish, then update metadata);
+5. wait until every request is done and acked; 6. print each ledger's fate, check storage, and point at the
+Temporal UI. Exit code 0 only when every outcome and every byte of storage is as expected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from ledger_deletion.contracts import DeletionResult, Outcome
+from ledger_deletion.settings import load_settings
+from ledger_deletion.submit import RequestPublisher
+
+STYLE = {
+    Outcome.DELETED: "green",
+    Outcome.ALREADY_DELETED: "green",
+    Outcome.SKIPPED_IN_USE: "yellow",
+    Outcome.SKIPPED_METADATA_MISMATCH: "yellow",
+    Outcome.SKIPPED_NOT_PULSAR: "yellow",
+    Outcome.DEAD_LETTERED: "red",
+}
+
+
+def run_demo(console: Console, *, grace_seconds: float = 3.0, state_dir: Path | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_demo(console, grace_seconds, state_dir))
+
+
+async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) -> int:
+    from devstack.cluster import SimulatedCluster
+    from devstack.scenario import build_and_mark
+    from devstack.stack import Stack, default_state_dir
+    from workers.pools import RunningPools, run_pools
+
+    console.rule("[bold]1. embedded stack")
+    with console.status("starting ZooKeeper, Temporal, pulsar-lite, S3 and the admin emulator..."):
+        endpoints = await asyncio.to_thread(Stack(state_dir or default_state_dir()).up)
+    for name, value in endpoints.as_env().items():
+        os.environ.setdefault(name, value)  # boto3 and friends read the standard variables
+    settings = load_settings(
+        temporal_address=endpoints.temporal_address,
+        temporal_ui_url=endpoints.temporal_ui_url,
+        pulsar_url=endpoints.pulsar_url,
+        pulsar_admin_url=endpoints.pulsar_admin_url,
+        zookeeper=endpoints.zookeeper,
+        s3_endpoint=endpoints.s3_endpoint,
+        offload_bucket=endpoints.offload_bucket,
+        in_use_rechecks=2,
+        in_use_recheck_seconds=grace_seconds,
+        retry_initial_seconds=0.5,
+        retry_max_interval_seconds=5.0,
+        ack_schedule_to_start_seconds=15.0,
+    )
+    console.print(f"Temporal {settings.temporal_address} (UI {settings.temporal_ui_url}), Pulsar {settings.pulsar_url}")
+    console.print(f"ZooKeeper {settings.zookeeper}, S3 {settings.s3_endpoint}, admin {settings.pulsar_admin_url}")
+
+    console.rule("[bold]2. pools")
+    stop = asyncio.Event()
+    started: asyncio.Future[RunningPools] = asyncio.get_running_loop().create_future()
+    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
+    pools = asyncio.create_task(run_pools(["all"], settings, stop, client=client, started=started))
+    running = await started
+    console.print(f"workflow, pulsar, bookkeeper and offload pools running; consuming {settings.topic}")
+
+    console.rule("[bold]3. a Pulsar cluster, trimmed the PIP-186 way")
+    zk = endpoints.zookeeper_client()
+    namespace = f"demo/run-{time.strftime('%H%M%S')}"
+    try:
+        cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
+        with RequestPublisher(settings) as publisher:
+            scenario = await asyncio.to_thread(build_and_mark, cluster, namespace, publisher.publish, publisher.publish_raw)
+        console.print(
+            f"namespace {namespace}: {len(scenario.cases)} requests ({scenario.message_count} messages incl. "
+            f"duplicates and garbage) published, topic metadata updated"
+        )
+
+        console.rule("[bold]4. waiting for every request")
+        results = await _wait(console, client, scenario)
+        assert running.ingestor is not None
+        deadline = time.monotonic() + 30
+        while len(running.ingestor.pending) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        unacked = len(running.ingestor.pending)
+
+        console.rule("[bold]5. what happened")
+        console.print(_table(scenario, results))
+        problems = scenario.check_storage()
+        wrong = [c for c in scenario.cases if results[c.request.workflow_id].outcome is not c.expected]
+        dead = running.ingestor.stats.dead_lettered
+        console.print(
+            f"storage: {len(scenario.ledgers_deleted)} ledgers and {len(scenario.objects_deleted)} objects gone, "
+            f"{len(scenario.ledgers_kept)} ledgers and {len(scenario.objects_kept)} objects kept: "
+            + ("[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]")
+        )
+        console.print(f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}")
+        console.print(f"messages left unacked: {unacked}")
+        query = quote(f'PulsarNamespace="{namespace}"')
+        console.print(
+            f"\nInspect every workflow in the Temporal UI:\n  {settings.temporal_ui_url}/namespaces/"
+            f"{settings.temporal_namespace}/workflows?query={query}"
+        )
+        ok = not problems and not wrong and unacked == 0 and dead >= len(scenario.garbage)
+        console.print("[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]")
+        return 0 if ok else 1
+    finally:
+        stop.set()
+        await pools
+        zk.stop()
+        zk.close()
+
+
+async def _wait(console: Console, client: Client, scenario: object) -> dict[str, DeletionResult]:
+    from devstack.scenario import Scenario
+
+    assert isinstance(scenario, Scenario)
+    ids = sorted({c.request.workflow_id for c in scenario.cases})
+    results: dict[str, DeletionResult] = {}
+    started = time.monotonic()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as progress:
+        task = progress.add_task("workflows done", total=len(ids))
+
+        async def one(workflow_id: str) -> None:
+            while True:
+                try:
+                    handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
+                    results[workflow_id] = await handle.result()
+                    progress.advance(task)
+                    return
+                except RPCError:  # not started yet: the ingest loop is still on its way to it
+                    await asyncio.sleep(0.3)
+
+        async def deferred() -> None:
+            while scenario.deferred:
+                scenario.run_deferred(started)
+                await asyncio.sleep(0.05)
+
+        await asyncio.wait_for(asyncio.gather(deferred(), *(one(i) for i in ids)), timeout=300)
+    return results
+
+
+def _table(scenario: object, results: dict[str, DeletionResult]) -> Table:
+    from devstack.scenario import Scenario
+
+    assert isinstance(scenario, Scenario)
+    table = Table(title=f"ledgers of {scenario.namespace}", show_lines=False)
+    for column in ("ledger", "where", "case", "outcome", "as expected", "detail"):
+        table.add_column(column, overflow="fold")
+    for case in scenario.cases:
+        result = results[case.request.workflow_id]
+        where = "BookKeeper" if case.request.ledger_type.value == "LEDGER" else "S3"
+        match = "[green]yes[/green]" if result.outcome is case.expected else f"[red]no, expected {case.expected}[/red]"
+        detail = result.reason or ", ".join(result.deleted_keys)
+        if case.copies > 1:
+            detail = f"{case.copies} messages, {result.messages_acked} acked. {detail}".strip()
+        style = STYLE[result.outcome]
+        table.add_row(
+            str(case.request.ledger_id), where, case.label, f"[{style}]{result.outcome}[/{style}]", match, detail[:70]
+        )
+    return table
+
+
