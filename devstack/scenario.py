@@ -53,14 +53,24 @@ class Scenario:
 
     def check_storage(self) -> list[str]:
         """What differs from the expected end state (empty when all is well)."""
-        problems = [f"ledger {i} still exists" for i in sorted(self.ledgers_deleted) if self.cluster.ledger_exists(i)]
-        problems += [f"ledger {i} was deleted" for i in sorted(self.ledgers_kept) if not self.cluster.ledger_exists(i)]
-        problems += [f"s3://{b}/{k} still exists" for b, k in self.objects_deleted if self.cluster.object_exists(k, b)]
-        problems += [f"s3://{b}/{k} was deleted" for b, k in self.objects_kept if not self.cluster.object_exists(k, b)]
+        problems = [
+            f"ledger {i} still exists" for i in sorted(self.ledgers_deleted) if self.cluster.ledger_exists(i)
+        ]
+        problems += [
+            f"ledger {i} was deleted" for i in sorted(self.ledgers_kept) if not self.cluster.ledger_exists(i)
+        ]
+        problems += [
+            f"s3://{b}/{k} still exists" for b, k in self.objects_deleted if self.cluster.object_exists(k, b)
+        ]
+        problems += [
+            f"s3://{b}/{k} was deleted" for b, k in self.objects_kept if not self.cluster.object_exists(k, b)
+        ]
         return problems
 
 
-def build_and_mark(cluster: SimulatedCluster, namespace: str, publish: Publish, publish_raw: Callable[[bytes], object]) -> Scenario:
+def build_and_mark(
+    cluster: SimulatedCluster, namespace: str, publish: Publish, publish_raw: Callable[[bytes], object]
+) -> Scenario:
     """Write the cluster, then do the mark phase: publish requests and update metadata, as a broker would."""
     sc = Scenario(cluster, namespace)
     ns = namespace
@@ -72,7 +82,13 @@ def build_and_mark(cluster: SimulatedCluster, namespace: str, publish: Publish, 
     ev1 = cluster.new_ledger_ids(1)[0]
 
     cluster.create_partitioned_topic(f"{ns}/orders", 2)
-    cluster.create_topic(p0, [a1, a2, a3, a4, a5, a6], offloaded={a1, a2}, bookkeeper_deleted={a2}, partitions_of=f"{ns}/orders")
+    cluster.create_topic(
+        p0,
+        [a1, a2, a3, a4, a5, a6],
+        offloaded={a1, a2},
+        bookkeeper_deleted={a2},
+        partitions_of=f"{ns}/orders",
+    )
     cluster.create_topic(p1, [b1, b2, b3], metadata_version=2, partitions_of=f"{ns}/orders")
     cluster.add_cursor(p0, "billing", c_old)
     cluster.add_cursor(p1, "audit", c_audit)
@@ -115,17 +131,25 @@ def build_and_mark(cluster: SimulatedCluster, namespace: str, publish: Publish, 
 
     # 4. The cursor moved to a new ledger: the old cursor ledger goes, the live one stays.
     cluster.add_cursor(p0, "billing", c_live)
-    cursor = PendingDeleteLedgerInfo(p0, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_old, cursor_name="billing")
+    cursor = PendingDeleteLedgerInfo(
+        p0, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_old, cursor_name="billing"
+    )
     case("old cursor ledger", cursor, Outcome.DELETED)
-    live_cursor = PendingDeleteLedgerInfo(p0, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_live, cursor_name="billing")
+    live_cursor = PendingDeleteLedgerInfo(
+        p0, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_live, cursor_name="billing"
+    )
     case("live cursor ledger (bogus request)", live_cursor, Outcome.SKIPPED_IN_USE)
 
     # 5. A schema version was dropped: its ledger goes, the live schema ledger stays.
     cluster.add_schema(f"{ns}/orders", [s_live])
     schema_id = f"{ns}/orders"
-    old_schema = PendingDeleteLedgerInfo(f"{ns}/orders", LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, s_old, schema_id=schema_id)
+    old_schema = PendingDeleteLedgerInfo(
+        f"{ns}/orders", LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, s_old, schema_id=schema_id
+    )
     case("old schema ledger", old_schema, Outcome.DELETED)
-    live_schema = PendingDeleteLedgerInfo(f"{ns}/orders", LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, s_live, schema_id=schema_id)
+    live_schema = PendingDeleteLedgerInfo(
+        f"{ns}/orders", LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, s_live, schema_id=schema_id
+    )
     case("live schema ledger (bogus request)", live_schema, Outcome.SKIPPED_IN_USE)
 
     # 6. A topic deleted half-way: metadata gone, ledgers (v2 metadata) left behind.
@@ -149,7 +173,11 @@ def build_and_mark(cluster: SimulatedCluster, namespace: str, publish: Publish, 
     case(
         "forged: another cursor's ledger",
         PendingDeleteLedgerInfo(
-            p0, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_audit, cursor_name="billing",
+            p0,
+            LedgerComponent.MANAGED_CURSOR,
+            LedgerType.LEDGER,
+            c_audit,
+            cursor_name="billing",
             check_ledger_still_in_use=False,
         ),
         Outcome.SKIPPED_METADATA_MISMATCH,

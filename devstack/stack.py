@@ -437,9 +437,8 @@ class Stack:
     def _pid(self, service: _Service) -> int | None:
         """The pid of this stack's live process for ``service``, else None (a stale pid file is removed)."""
         pid_file = self._pid_file(service.name)
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (FileNotFoundError, ValueError):
+        pid = _read_pid(pid_file)
+        if pid is None:
             return None
         if _alive(pid) and _cmdline_matches(pid, service.markers):
             return pid
@@ -479,10 +478,15 @@ class Stack:
         while pending:
             for service in list(pending):
                 pid_file = self._pid_file(service.name)
-                if pid_file.exists() and self._pid(service) is None:
+                pid = _read_pid(pid_file)
+                if pid is not None and self._pid(service) is None:
+                    child = _CHILDREN.get(pid)
+                    how = (
+                        f"exit code {child.returncode}" if child and child.returncode is not None else "gone"
+                    )
                     raise StackError(
-                        f"{service.name} exited during start-up; see {self.log_file(service.name)}:\n"
-                        + _tail(self.log_file(service.name))
+                        f"{service.name} (pid {pid}) exited during start-up ({how}); "
+                        f"see {self.log_file(service.name)}:\n" + _tail(self.log_file(service.name))
                     )
                 if service.healthy():
                     pending.remove(service)
@@ -722,6 +726,13 @@ def _ensure_bucket(endpoints: StackEndpoints) -> None:
 
 
 # --- process helpers -------------------------------------------------------------------------------------
+
+
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _alive(pid: int) -> bool:

@@ -17,16 +17,9 @@ from typing import Any
 import pulsar
 
 from ledger_deletion.settings import Settings
+from ledger_deletion.tenancy import tenant_topics, topic_patterns
 
 PATTERN_DISCOVERY_SECONDS = 60
-
-
-def tenant_topics(settings: Settings) -> list[str]:
-    return [t.strip() for t in settings.tenant_topics.split(",") if t.strip()]
-
-
-def topic_patterns(settings: Settings) -> list[str]:
-    return settings.topic_pattern.split()
 
 
 def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size: int) -> Any:
@@ -36,7 +29,7 @@ def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size
         "initial_position": pulsar.InitialPosition.Earliest,
         "receiver_queue_size": receiver_queue_size,
     }
-    topics = [settings.topic, *(t for t in tenant_topics(settings) if t != settings.topic)]
+    topics = [settings.topic, *tenant_topics(settings)]
     consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)]
     for pattern in topic_patterns(settings):
         consumers.append(

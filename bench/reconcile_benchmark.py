@@ -1,0 +1,200 @@
+"""Benchmark of the reconcile pipeline: extract and reconcile time per cluster size, against plain Python.
+
+    python bench/reconcile_benchmark.py --sizes 1000,100000,1000000
+
+For each size it generates a synthetic cluster (``reconcile.generator``) into a ZooKeeper chroot and an S3
+bucket of its own, then measures
+
+* extract: the parallel exporter (ZooKeeper BK ledgers + Pulsar references + bucket listing -> Parquet);
+* reconcile: ``reconcile.transform`` on Spark ``local[2]`` (read Parquet, anti-joins, filters, classification,
+  candidates counted, findings written as Parquet);
+* baseline: a single-process Python set difference over the same Parquet data (pyarrow -> sets);
+
+and checks both against the generator's ground truth. Large clusters do not fit the embedded stack's
+ZooKeeper (256 MiB heap, shared with the tests), so by default the benchmark starts its own ZooKeeper
+(``--zk-heap``, forceSync off) and moto S3 on spare ports under ``--state-dir``; ``--zookeeper``/``--s3``
+point it at running servers instead. Generated clusters are cached in the state dir (``--regenerate`` to
+rebuild), so a re-run only measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from reconcile.generator import ClusterSpec, GroundTruth, plan_cluster, write_plan  # noqa: E402
+
+ZK_JAR = "/usr/share/java/zookeeper.jar"
+SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> list[int]:
+    """Start ZooKeeper and moto if nothing answers on their ports; returns the pids started."""
+    pids: list[int] = []
+    state.mkdir(parents=True, exist_ok=True)
+    if not _port_open(zk_port):
+        (state / "zk").mkdir(exist_ok=True)
+        cfg = state / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    f"dataDir={state / 'zk'}",
+                    f"clientPort={zk_port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "maxClientCnxns=0",
+                    "forceSync=no",
+                    "4lw.commands.whitelist=ruok,srvr,mntr",
+                    "",
+                ]
+            )
+        )
+        argv = [
+            shutil.which("java") or "java", f"-Xmx{zk_heap}", "-XX:+UseParallelGC",
+            "-Djava.net.preferIPv4Stack=true", "-Djute.maxbuffer=8388608", "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp", f"{ZK_JAR}:{SLF4J_JAR}", "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg),
+        ]
+        with open(state / "zk.log", "ab") as log:
+            pids.append(subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True).pid)
+    if not _port_open(s3_port):
+        argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)]
+        with open(os.devnull, "wb") as devnull:
+            pids.append(subprocess.Popen(argv, stdout=devnull, stderr=devnull, start_new_session=True).pid)
+    deadline = time.monotonic() + 60
+    while not (_port_open(zk_port) and _port_open(s3_port)):
+        if time.monotonic() > deadline:
+            raise SystemExit("ZooKeeper/moto did not start; see the logs in the state dir")
+        time.sleep(0.3)
+    return pids
+
+
+def s3_client(endpoint: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
+        aws_secret_access_key="test", config=Config(max_pool_connections=64),
+    )
+
+
+def spec_for(size: int, bucket: str) -> ClusterSpec:
+    # Offloading is rarer in big clusters here only to keep moto (~250 puts/s) within minutes.
+    offloading = 0.4 if size <= 100_000 else 0.12
+    return ClusterSpec(ledgers=size, bucket=bucket, offloading_fraction=offloading, seed=size)
+
+
+def generate(state: Path, size: int, zookeeper: str, s3_endpoint: str, regenerate: bool) -> dict[str, Any]:
+    """Generate (or reuse) the cluster of one size; returns its cache entry."""
+    from kazoo.client import KazooClient
+
+    cache = state / f"cluster-{size}.json"
+    if cache.exists() and not regenerate:
+        entry: dict[str, Any] = json.loads(cache.read_text())
+        zk = KazooClient(hosts=zookeeper)
+        zk.start()
+        try:
+            if zk.exists(entry["chroot"] + "/ledgers") and entry.get("complete"):
+                return entry
+        finally:
+            zk.stop()
+            zk.close()
+    tag = uuid.uuid4().hex[:8]
+    entry = {"size": size, "chroot": f"/bench-{size}-{tag}", "bucket": f"bench-{size}-{tag}", "complete": False}
+    spec = spec_for(size, entry["bucket"])
+    started = time.monotonic()
+    plan = plan_cluster(spec)
+    root = KazooClient(hosts=zookeeper)
+    root.start()
+    root.ensure_path(entry["chroot"])
+    root.stop()
+    root.close()
+    zk = KazooClient(hosts=zookeeper + entry["chroot"], timeout=30)
+    zk.start()
+    s3 = s3_client(s3_endpoint)
+    s3.create_bucket(Bucket=entry["bucket"])
+    last = [0.0]
+
+    def progress(stage: str, n: int) -> None:
+        if time.monotonic() - last[0] > 10:
+            last[0] = time.monotonic()
+            print(f"  generating {size}: {stage} {n}", flush=True)
+
+    stats = write_plan(zk, s3, plan, bucket=entry["bucket"], progress=progress)
+    zk.stop()
+    zk.close()
+    entry.update(
+        complete=True,
+        generate_seconds=round(time.monotonic() - started, 1),
+        bk_ledgers=len(plan.ledgers),
+        znodes=stats.znodes,
+        objects=stats.objects,
+        managed_ledgers=len(plan.managed_ledgers),
+    )
+    (state / f"truth-{size}.pickle").write_bytes(pickle.dumps(plan.truth))
+    cache.write_text(json.dumps(entry, indent=2))
+    return entry
+
+
+def load_truth(state: Path, size: int) -> GroundTruth:
+    truth = pickle.loads((state / f"truth-{size}.pickle").read_bytes())
+    assert isinstance(truth, GroundTruth)
+    return truth
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1000,100000", help="comma-separated ledger counts")
+    parser.add_argument("--state-dir", default="/tmp/reconcile-bench", type=Path)
+    parser.add_argument("--zookeeper", default="", help="use this ZooKeeper instead of starting one")
+    parser.add_argument("--s3", default="", help="use this S3 endpoint instead of starting moto")
+    parser.add_argument("--zk-port", type=int, default=22181)
+    parser.add_argument("--s3-port", type=int, default=29000)
+    parser.add_argument("--zk-heap", default="6g")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--regenerate", action="store_true")
+    args = parser.parse_args(argv)
+    sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
+    state: Path = args.state_dir
+    if not (args.zookeeper and args.s3):
+        start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
+    zookeeper = args.zookeeper or f"127.0.0.1:{args.zk_port}"
+    s3_endpoint = args.s3 or f"http://127.0.0.1:{args.s3_port}"
+    entries = []
+    for size in sizes:
+        entry = generate(state, size, zookeeper, s3_endpoint, args.regenerate)
+        print(f"cluster {size}: {json.dumps(entry)}", flush=True)
+        entries.append(entry)
+    if args.generate_only:
+        return 0
+    from bench_measure import run_all  # type: ignore[import-not-found]  # noqa: PLC0415 - placeholder
+
+    return int(run_all(entries))
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""The dead-letter topic: look at it without changing it, and replay entries into the deletion topic.
+
+``read_dead_letters`` uses a Reader: it holds no subscription, so looking never acks, moves or redelivers
+anything, and it shows every entry the topic still retains. ``replay`` uses a durable subscription on the
+dead-letter topic instead, so each entry is replayed at most once: it re-publishes the original payload to
+the deletion topic, waits until that send is durable (non-batched producer, synchronous send), and only
+then acks the dead-letter entry. An entry that is not selected, or whose re-publish fails, stays unacked and
+is offered to the next replay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulsar
+
+from ledger_deletion.adapters import messaging
+from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
+from ledger_deletion.formats.avro import decode_request
+from ledger_deletion.settings import Settings
+
+REPLAY_SUBSCRIPTION = "ledger-deletion-dlq-replay"
+READ_TIMEOUT_MILLIS = 1500  # pulsar-lite cannot answer "is there more?" (no getLastMessageId): read to a lull
+PROPERTY_PREFIX = "ledger-deletion."
+REPLAYED_FROM = "ledger-deletion.replayed-from"
+REPLAY_COUNT = "ledger-deletion.replay-count"
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    message_id: str
+    published_ms: int
+    reason: str
+    failed_step: str
+    attempts: int
+    workflow_id: str
+    ledger_id: int | None
+    ledger_type: str
+    topic: str
+    tenant: str
+    properties: dict[str, str] = field(default_factory=dict)
+
+    def age_seconds(self, now_ms: int | None = None) -> float:
+        return max(0.0, ((now_ms or int(time.time() * 1000)) - self.published_ms) / 1000)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "published_ms": self.published_ms,
+            "age_seconds": round(self.age_seconds(), 1),
+            "reason": self.reason,
+            "failed_step": self.failed_step,
+            "attempts": self.attempts,
+            "workflow_id": self.workflow_id,
+            "ledger_id": self.ledger_id,
+            "ledger_type": self.ledger_type,
+            "topic": self.topic,
+            "tenant": self.tenant,
+        }
+
+
+def dead_letter_of(message: Any) -> DeadLetter:
+    properties = {str(k): str(v) for k, v in dict(message.properties()).items()}
+    ledger_id: int | None = None
+    ledger_type = topic = tenant = ""
+    try:
+        request = decode_request(message.data())
+        ledger_id, ledger_type = request.ledger_id, request.ledger_type.value
+        topic, tenant = request.topic_name, request.tenant
+    except InvalidRequestError:
+        pass  # an undecodable payload is a legitimate dead letter; its reason says why
+    attempts = properties.get("ledger-deletion.attempts", "0")
+    return DeadLetter(
+        message_id=str(message.message_id()),
+        published_ms=int(message.publish_timestamp()),
+        reason=properties.get("ledger-deletion.reason", ""),
+        failed_step=properties.get("ledger-deletion.failed-step", ""),
+        attempts=int(attempts) if attempts.isdigit() else 0,
+        workflow_id=properties.get("ledger-deletion.workflow-id", ""),
+        ledger_id=ledger_id,
+        ledger_type=ledger_type,
+        topic=topic,
+        tenant=tenant,
+        properties=properties,
+    )
+
+
+@contextmanager
+def _client(settings: Settings) -> Iterator[pulsar.Client]:
+    token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
+    client = messaging.connect(settings.pulsar_url, token)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def read_dead_letters(settings: Settings, limit: int = 10_000) -> list[DeadLetter]:
+    """Every retained entry of the dead-letter topic, oldest first; acks nothing."""
+    letters: list[DeadLetter] = []
+    with _client(settings) as client:
+        reader = client.create_reader(settings.dead_letter_topic, pulsar.MessageId.earliest)
+        try:
+            while len(letters) < limit:
+                try:
+                    message = reader.read_next(timeout_millis=READ_TIMEOUT_MILLIS)
+                except pulsar.Timeout:
+                    break
+                letters.append(dead_letter_of(message))
+        finally:
+            reader.close()
+    return sorted(letters, key=lambda d: d.published_ms)
+
+
+@dataclass
+class ReplayReport:
+    selected: list[DeadLetter] = field(default_factory=list)
+    replayed: list[DeadLetter] = field(default_factory=list)
+    failed: list[tuple[DeadLetter, str]] = field(default_factory=list)
+    left: int = 0  # not selected: stays in the dead-letter subscription for a later replay
+    dry_run: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "selected": len(self.selected),
+            "replayed": [d.as_json() for d in self.replayed],
+            "failed": [{**d.as_json(), "error": e} for d, e in self.failed],
+            "left_in_dlq": self.left,
+        }
+
+
+def replay_properties(letter: DeadLetter) -> dict[str, str]:
+    """Original properties (a traceparent keeps its trace) minus our diagnosis, plus where it came from."""
+    kept = {k: v for k, v in letter.properties.items() if not k.startswith(PROPERTY_PREFIX)}
+    previous = letter.properties.get(REPLAY_COUNT, "0")
+    kept[REPLAYED_FROM] = letter.message_id
+    kept[REPLAY_COUNT] = str((int(previous) if previous.isdigit() else 0) + 1)
+    return kept
+
+
+def replay(
+    settings: Settings,
+    select: Callable[[DeadLetter], bool],
+    *,
+    dry_run: bool = False,
+    on_start: Callable[[int], None] = lambda total: None,
+    on_progress: Callable[[DeadLetter], None] = lambda letter: None,
+) -> ReplayReport:
+    """Re-submit the selected dead letters; see the module docstring for the ack ordering."""
+    report = ReplayReport(dry_run=dry_run)
+    if dry_run:
+        # A dry run must not even create the replay subscription: look with a Reader.
+        report.selected = [d for d in read_dead_letters(settings) if select(d)]
+        on_start(len(report.selected))
+        for letter in report.selected:
+            on_progress(letter)
+        return report
+    with _client(settings) as client:
+        consumer = client.subscribe(
+            settings.dead_letter_topic,
+            REPLAY_SUBSCRIPTION,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+        )
+        target = messaging.Publisher(client, settings.topic)
+        try:
+            received: list[tuple[Any, DeadLetter]] = []
+            while True:
+                try:
+                    message = consumer.receive(timeout_millis=READ_TIMEOUT_MILLIS)
+                except pulsar.Timeout:
+                    break
+                received.append((message, dead_letter_of(message)))
+            chosen = [(m, d) for m, d in received if select(d)]
+            report.selected = [d for _, d in chosen]
+            report.left = len(received) - len(chosen)
+            on_start(len(chosen))
+            for message, letter in chosen:
+                try:
+                    target.send(message.data(), replay_properties(letter))  # durable when it returns
+                except LedgerDeletionError as exc:
+                    report.failed.append((letter, str(exc)))  # not acked: offered again next time
+                else:
+                    consumer.acknowledge(message)
+                    report.replayed.append(letter)
+                on_progress(letter)
+        finally:
+            target.close()
+            consumer.close()  # unacked entries go back to the subscription
+    return report
