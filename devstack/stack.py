@@ -206,8 +206,8 @@ class Stack:
             if install:
                 ensure_installed()
             services = self._services()
-            started: list[str] = []
-            for service in services:
+            to_start: list[_Service] = []
+            for service in services:  # check every port before starting anything
                 if self._pid(service) is not None:
                     continue  # ours and alive; it may still be starting, the health wait below covers it
                 if service.is_listening():
@@ -218,14 +218,25 @@ class Stack:
                         f"{service.name}: port(s) {', '.join(map(str, service.ports))} are in use by "
                         f"something that is not a healthy {service.name}; stop it or choose other ports"
                     )
-                self._start(service)
-                started.append(service.name)
-            self._wait_healthy(services, deadline=began + timeout)
-            for service in services:
-                if service.ready is not None:
-                    service.ready()
+                to_start.append(service)
+            started: list[_Service] = []
+            try:
+                for service in to_start:
+                    self._start(service)
+                    started.append(service)
+                self._wait_healthy(services, deadline=began + timeout)
+                for service in services:
+                    if service.ready is not None:
+                        service.ready()
+            except BaseException:
+                # All or nothing: stop what this call started, so a failed ``up`` leaves no half stack.
+                for service in reversed(started):
+                    self._stop(service, timeout=10.0)
+                raise
         log.info(
-            "stack up in %.1f s (started: %s)", time.monotonic() - began, ", ".join(started) or "nothing"
+            "stack up in %.1f s (started: %s)",
+            time.monotonic() - began,
+            ", ".join(s.name for s in started) or "nothing",
         )
         return self.endpoints()
 
@@ -237,13 +248,8 @@ class Stack:
         stopped: list[str] = []
         with self._locked():
             for service in reversed(self._services()):
-                pid = self._pid(service)
-                if pid is None:
-                    continue
-                _terminate(pid, timeout)
-                self._pid_file(service.name).unlink(missing_ok=True)
-                stopped.append(service.name)
-                log.info("%s: stopped (pid %d)", service.name, pid)
+                if self._stop(service, timeout):
+                    stopped.append(service.name)
         return stopped
 
     def status(self) -> list[ServiceStatus]:
@@ -274,7 +280,7 @@ class Stack:
             endpoint=ep.zookeeper,
             argv=[
                 shutil.which("java") or "java",
-                "-Xmx256m",
+                "-Xmx1g",  # room for benchmark-sized metadata (heap is committed only as used)
                 "-XX:+UseSerialGC",  # one small server: fewer GC threads, faster start
                 "-Djava.net.preferIPv4Stack=true",
                 "-Dzookeeper.jmx.log4j.disable=true",
@@ -440,10 +446,26 @@ class Stack:
         pid = _read_pid(pid_file)
         if pid is None:
             return None
-        if _alive(pid) and _cmdline_matches(pid, service.markers):
+        child = _CHILDREN.get(pid)
+        if child is not None:
+            # Started by this interpreter: poll() is the truth. The cmdline check would race with exec:
+            # Popen returns once the close-on-exec pipe closes, slightly before the kernel sets up the new
+            # argv that /proc/<pid>/cmdline shows (seen under load as "exited during start-up").
+            if child.poll() is None:
+                return pid
+        elif _alive(pid) and _cmdline_matches(pid, service.markers):
             return pid
         pid_file.unlink(missing_ok=True)
         return None
+
+    def _stop(self, service: _Service, timeout: float) -> bool:
+        pid = self._pid(service)
+        if pid is None:
+            return False
+        _terminate(pid, timeout)
+        self._pid_file(service.name).unlink(missing_ok=True)
+        log.info("%s: stopped (pid %d)", service.name, pid)
+        return True
 
     def _start(self, service: _Service) -> None:
         for path, text in service.files.items():

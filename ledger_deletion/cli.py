@@ -135,6 +135,9 @@ def setup() -> None:
 
 def _mount_optional() -> None:
     """Sub-apps that need extras (the dev stack, Spark) are mounted when installed."""
+    from ledger_deletion.ops.cli import mount as mount_operator_commands
+
+    mount_operator_commands(app)  # list, show, inflight, dlq: always available
     try:
         from devstack.cli import stack_app
 
@@ -148,6 +151,13 @@ def _mount_optional() -> None:
 
         app.command(name="reconcile")(reconcile)
     except ImportError:  # pragma: no cover - spark extra not installed
+        pass
+    try:
+        import devstack.faults  # noqa: F401 - the soak runs its own embedded stack (stack extra)
+        from ledger_deletion.soak import soak_command
+
+        app.command(name="soak")(soak_command())
+    except ImportError:  # pragma: no cover - stack extra not installed
         pass
 
 

@@ -1,0 +1,352 @@
+"""``list``, ``show``, ``inflight`` and ``dlq list|replay``: tables for people, ``--json`` for scripts.
+
+Settings come from the environment, read once here (the edge), like every other command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ledger_deletion.settings import Settings, load_settings
+
+console = Console()
+errors = Console(stderr=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of a table.")]
+
+
+def _emit_json(value: Any) -> None:
+    # Plain print: rich would wrap long lines and break the JSON for pipes.
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _age(when: datetime | None) -> str:
+    if when is None:
+        return ""
+    seconds = (datetime.now(UTC) - when).total_seconds()
+    return _duration(seconds) + " ago"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+async def _client(settings: Settings) -> Any:
+    from ledger_deletion.temporal_client import connect_temporal
+
+    return await connect_temporal(settings)
+
+
+# --- list ------------------------------------------------------------------------------------------------
+
+
+def list_deletions(
+    outcome: Annotated[
+        str | None,
+        typer.Option(
+            help="DELETED, ALREADY_DELETED, SKIPPED_IN_USE, SKIPPED_METADATA_MISMATCH, "
+            "SKIPPED_NOT_PULSAR or DEAD_LETTERED."
+        ),
+    ] = None,
+    topic: Annotated[str | None, typer.Option(help="Exact topic name, e.g. public/default/orders.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Pulsar tenant.")] = None,
+    running: Annotated[bool, typer.Option("--running", help="Only deletions still in progress.")] = False,
+    limit: Annotated[int, typer.Option(help="At most this many rows (newest first).")] = 200,
+    as_json: JsonOption = False,
+) -> None:
+    """List deletion workflows from Temporal visibility, newest first.
+
+    Filters are search attributes, so the same query works in the Temporal UI: it is printed under the
+    table (paste it into the UI's search box).
+    """
+    from ledger_deletion.ops.deletions import list_deletions as fetch
+    from ledger_deletion.ops.deletions import visibility_query
+
+    settings = load_settings()
+    query = visibility_query(outcome=outcome, topic=topic, tenant=tenant, running=running)
+
+    async def run() -> list[Any]:
+        return await fetch(await _client(settings), query, limit)
+
+    rows = asyncio.run(run())
+    if as_json:
+        _emit_json({"query": query, "deletions": [r.as_json() for r in rows]})
+        return
+    table = Table(title=f"{len(rows)} deletion(s)", expand=False)
+    for column in ("ledger", "type", "component", "topic", "status", "step", "outcome", "started"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(
+            str(row.ledger_id if row.ledger_id is not None else ""),
+            row.ledger_type,
+            row.component,
+            row.topic,
+            row.status,
+            row.step,
+            row.outcome,
+            _age(row.started),
+        )
+    console.print(table)
+    console.print(f"[dim]query: {query}[/dim]", soft_wrap=True)
+
+
+# --- show ------------------------------------------------------------------------------------------------
+
+
+def show(
+    ref: Annotated[str, typer.Argument(help="A ledger id (all its deletion workflows) or a workflow id.")],
+    as_json: JsonOption = False,
+) -> None:
+    """Explain one deletion: its steps with timings, attempts and errors, from the workflow history.
+
+    For a running workflow the pending activity's attempt and last error come from Temporal, and the
+    workflow's own `status` query (step, attempts, last error, messages collected) is shown too.
+    """
+    from temporalio.service import RPCError
+
+    from ledger_deletion.ops.deletions import describe_deletion, find_workflow_ids
+
+    settings = load_settings()
+
+    async def run() -> list[Any]:
+        client = await _client(settings)
+        ids = await find_workflow_ids(client, ref)
+        details = []
+        for workflow_id in ids:
+            try:
+                details.append(await describe_deletion(client, workflow_id))
+            except RPCError as exc:
+                errors.print(f"[red]{workflow_id}:[/red] {exc}")
+        return details
+
+    details = asyncio.run(run())
+    if not details:
+        errors.print(f"no deletion workflow found for {ref!r}")
+        raise typer.Exit(1)
+    if as_json:
+        _emit_json([d.as_json() for d in details])
+        return
+    for detail in details:
+        row = detail.row
+        console.rule(f"[bold]{row.workflow_id}[/bold]")
+        console.print(detail.summary or "")
+        console.print(
+            f"status [bold]{row.status}[/bold]  outcome [bold]{row.outcome or '-'}[/bold]  step {row.step}  "
+            f"tenant {row.tenant}  started {_age(row.started)}  messages joined {detail.messages}"
+        )
+        if detail.result:
+            result = detail.result
+            console.print(
+                f"result: {result.get('outcome')} {result.get('reason') or ''}  "
+                f"acked {result.get('messages_acked')}"
+            )
+        if detail.failure:
+            console.print(f"[red]failure:[/red] {detail.failure}")
+        if detail.status:
+            s = detail.status
+            console.print(
+                f"live: step {s.step}, attempts {s.attempts}, messages {s.messages_collected} "
+                f"(acked {s.messages_acked}) {('last error: ' + s.last_error) if s.last_error else ''}"
+            )
+        table = Table(show_edge=False)
+        for column in ("step", "state", "attempts", "took", "started", "error"):
+            table.add_column(column, overflow="fold")
+        for step in detail.steps:
+            table.add_row(
+                step.step,
+                step.state,
+                str(step.attempts),
+                _duration(step.seconds),
+                step.scheduled.strftime("%H:%M:%S.%f")[:-3] if step.scheduled else "",
+                step.error,
+            )
+        console.print(table)
+
+
+# --- inflight --------------------------------------------------------------------------------------------
+
+
+def inflight(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    metrics_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A pulsar-pool /metrics URL (repeat per process): also show the messages they hold unacked."
+        ),
+    ] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait (with a progress bar) until the estimate drains to zero.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(help="Give up waiting after this many seconds.")] = 600.0,
+    as_json: JsonOption = False,
+) -> None:
+    """Estimated in-flight deletions per tenant (PIP-186): running workflows + unacked subscription backlog.
+
+    Measured: running workflows from Temporal visibility (by PulsarTenant); the deletion subscription's
+    backlog from the brokers' admin REST topic stats (system-topic backlog is shown as "(system topic)",
+    it cannot be split by tenant before it is read). Where the admin REST has no topic stats (pulsar-lite,
+    the embedded broker) the backlog is shown as unavailable, not guessed. --metrics-url adds the messages
+    each pulsar-pool process holds received-but-unacked (its pending-ack gauge); those belong to running
+    workflows, so they are shown beside the estimate, not added to it.
+    """
+    from ledger_deletion.ops.inflight import InflightReport, estimate
+
+    settings = load_settings()
+
+    async def once() -> InflightReport:
+        return await estimate(await _client(settings), settings, tenant, metrics_url or [])
+
+    report = asyncio.run(once())
+    if wait:
+        report = _wait_for_drain(report, once, timeout)
+    if as_json:
+        _emit_json(report.as_json())
+        return
+    table = Table(title="estimated in-flight deletions")
+    for column in ("tenant", "running workflows", "backlog", "estimate"):
+        table.add_column(column, justify="right" if column != "tenant" else "left")
+    for entry in sorted(report.tenants.values(), key=lambda t: t.tenant):
+        table.add_row(
+            entry.tenant,
+            str(entry.running_workflows),
+            "n/a" if entry.backlog is None else str(entry.backlog),
+            str(entry.estimate),
+        )
+    table.add_row("[bold]total[/bold]", "", "", f"[bold]{report.total}[/bold]")
+    console.print(table)
+    if report.backlog_error:
+        console.print(f"[yellow]{report.backlog_error}[/yellow] (running workflows only)")
+    else:
+        console.print(f"[dim]backlog from {report.backlog_source}[/dim]")
+    if report.held_by_pulsar_pools is not None:
+        console.print(f"held unacked by pulsar pools: {report.held_by_pulsar_pools}")
+    if report.held_error:
+        console.print(f"[yellow]{report.held_error}[/yellow]")
+    if wait and report.total:
+        raise typer.Exit(1)
+
+
+def _wait_for_drain(first: Any, once: Any, timeout: float) -> Any:
+    report = first
+    start_total = max(1, first.total)
+    deadline = time.monotonic() + timeout
+    with Progress(
+        TextColumn("draining"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=errors
+    ) as progress:
+        task = progress.add_task("drain", total=start_total, completed=start_total - first.total)
+        while report.total and time.monotonic() < deadline:
+            time.sleep(1.0)
+            report = asyncio.run(once())
+            progress.update(task, completed=max(0, start_total - report.total))
+    return report
+
+
+# --- dlq -------------------------------------------------------------------------------------------------
+
+dlq_app = typer.Typer(
+    help="The dead-letter topic: list entries (non-destructively) and replay them.", no_args_is_help=True
+)
+
+
+@dlq_app.command("list")
+def dlq_list(
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's requests.")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Every entry the dead-letter topic retains: reason, failed step, attempts, age.
+
+    Read with a Reader, which holds no subscription: listing never acks or moves anything. Entries already
+    replayed stay listed until topic retention removes them (replay tracks them by its own subscription).
+    """
+    from ledger_deletion.ops.dlq import read_dead_letters
+
+    settings = load_settings()
+    letters = [d for d in read_dead_letters(settings) if tenant is None or d.tenant == tenant]
+    if as_json:
+        _emit_json({"topic": settings.dead_letter_topic, "dead_letters": [d.as_json() for d in letters]})
+        return
+    table = Table(title=f"{len(letters)} dead letter(s) in {settings.dead_letter_topic}")
+    for column in ("ledger", "type", "topic", "step", "attempts", "age", "reason", "workflow"):
+        table.add_column(column, overflow="fold")
+    for d in letters:
+        table.add_row(
+            "" if d.ledger_id is None else str(d.ledger_id),
+            d.ledger_type,
+            d.topic,
+            d.failed_step,
+            str(d.attempts),
+            _duration(d.age_seconds()),
+            d.reason,
+            d.workflow_id,
+        )
+    console.print(table)
+
+
+@dlq_app.command("replay")
+def dlq_replay(
+    all_: Annotated[bool, typer.Option("--all", help="Replay every entry.")] = False,
+    ledger: Annotated[
+        int | None, typer.Option("--ledger", help="Replay the entries of this ledger id.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option(help="Show what would be replayed; change nothing.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Re-submit dead letters to the deletion topic; each is acked in the DLQ only after the re-submit is
+    durable, so a crash mid-replay loses nothing (at worst a request is submitted twice, which the
+    workflow id dedupes). Entries not selected stay for a later replay. Every safety check runs again."""
+    from ledger_deletion.ops.dlq import DeadLetter, replay
+
+    if all_ == (ledger is not None):
+        errors.print("choose exactly one of --all or --ledger N")
+        raise typer.Exit(2)
+    settings = load_settings()
+
+    def select(letter: DeadLetter) -> bool:
+        return all_ or letter.ledger_id == ledger
+
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=errors, transient=True
+    ) as progress:
+        task = progress.add_task("replaying" if not dry_run else "checking", total=None)
+        report = replay(
+            settings,
+            select,
+            dry_run=dry_run,
+            on_start=lambda total: progress.update(task, total=total),
+            on_progress=lambda _: progress.advance(task),
+        )
+    if as_json:
+        _emit_json(report.as_json())
+    else:
+        verb = "would replay" if dry_run else "replayed"
+        count = len(report.selected) if dry_run else len(report.replayed)
+        console.print(f"{verb} {count} dead letter(s) to {settings.topic}")
+        for letter, error in report.failed:
+            console.print(f"[red]failed[/red] {letter.message_id} (ledger {letter.ledger_id}): {error}")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def mount(app: typer.Typer) -> None:
+    """Add the operator commands to the main ``ledger-deletion`` app."""
+    app.command(name="list")(list_deletions)
+    app.command(name="show")(show)
+    app.command(name="inflight")(inflight)
+    app.add_typer(dlq_app, name="dlq")

@@ -1,0 +1,574 @@
+"""``ledger-deletion soak``: a mixed workload under random faults, with the service's promises counted.
+
+The soak runs its own embedded stack (other ports, other state dir: it kills services, so it must never
+share a stack with tests or the demo), one worker process per pool, and an S3 fault proxy in front of moto.
+Each round builds a small cluster (trims, late metadata updates, failed metadata updates, forged requests,
+duplicates, garbage), publishes its requests while one random fault happens, waits until every workflow is
+closed, and checks storage. At the end it stops the pools and counts what is still unacked on the
+subscription. The last line is::
+
+    requests=N deleted=N kept_in_use=N kept_mismatch=N dead_lettered=N unacked=N wrongly_deleted=N
+    left_orphaned=N   (one line)
+
+``wrongly_deleted``, ``left_orphaned`` and ``unacked`` must be 0. The workload pieces (:class:`Batch`,
+:func:`build_batch`, :func:`settle`) are shared with ``tests/faults``. Dev tooling: needs the ``stack`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from ledger_deletion.contracts import DeletionResult, Outcome
+from ledger_deletion.errors import LedgerDeletionError
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+from ledger_deletion.settings import Settings
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from devstack.cluster import SimulatedCluster
+    from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
+    from ledger_deletion.submit import RequestPublisher
+
+log = logging.getLogger(__name__)
+
+DELETE_OUTCOMES = frozenset({Outcome.DELETED, Outcome.ALREADY_DELETED})
+MISMATCH_OUTCOMES = frozenset({Outcome.SKIPPED_METADATA_MISMATCH, Outcome.SKIPPED_NOT_PULSAR})
+IN_USE_OUTCOMES = frozenset({Outcome.SKIPPED_IN_USE})
+
+
+# --- workload -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Expectation:
+    """What must become of one request (one workflow id), and of the storage it names."""
+
+    request: PendingDeleteLedgerInfo
+    kind: str  # "delete" | "in_use" | "mismatch"
+    outcomes: frozenset[Outcome]
+    ledgers: set[int] = field(default_factory=set)  # BK ledgers it must delete (delete) or keep (others)
+    objects: list[tuple[str, str]] = field(default_factory=list)  # offloaded objects, likewise
+
+
+@dataclass
+class Batch:
+    """One round of requests over a fresh namespace; built first, published and marked later."""
+
+    cluster: SimulatedCluster
+    namespace: str
+    expectations: dict[str, Expectation] = field(default_factory=dict)  # by workflow id
+    messages: list[PendingDeleteLedgerInfo] = field(default_factory=list)  # in publish order, with copies
+    garbage: list[bytes] = field(default_factory=list)
+    # Metadata updates of the mark phase: (delay after publishing in seconds, topic, ledger ids).
+    marks: list[tuple[float, str, list[int]]] = field(default_factory=list)
+    keep_ledgers: set[int] = field(default_factory=set)  # referenced ledgers nobody may delete
+    keep_objects: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages) + len(self.garbage)
+
+    def expect(self, exp: Expectation, copies: int = 1) -> None:
+        self.expectations[exp.request.workflow_id] = exp
+        self.messages.extend([exp.request] * copies)
+
+    def storage_report(self) -> tuple[int, int, list[str]]:
+        """(wrongly deleted, left orphaned, problems) for the storage this batch is responsible for."""
+        wrong: list[str] = []
+        left: list[str] = []
+        must_go_ledgers = {i for e in self.expectations.values() if e.kind == "delete" for i in e.ledgers}
+        must_go_objects = {o for e in self.expectations.values() if e.kind == "delete" for o in e.objects}
+        keep_ledgers = self.keep_ledgers | {
+            i for e in self.expectations.values() if e.kind != "delete" for i in e.ledgers
+        }
+        keep_objects = set(self.keep_objects) | {
+            o for e in self.expectations.values() if e.kind != "delete" for o in e.objects
+        }
+        wrong += [
+            f"ledger {i} was deleted" for i in sorted(keep_ledgers) if not self.cluster.ledger_exists(i)
+        ]
+        wrong += [
+            f"s3://{b}/{k} was deleted"
+            for b, k in sorted(keep_objects)
+            if not self.cluster.object_exists(k, b)
+        ]
+        left += [f"ledger {i} still exists" for i in sorted(must_go_ledgers) if self.cluster.ledger_exists(i)]
+        left += [
+            f"s3://{b}/{k} still exists"
+            for b, k in sorted(must_go_objects)
+            if self.cluster.object_exists(k, b)
+        ]
+        return len(wrong), len(left), wrong + left
+
+
+def build_batch(cluster: SimulatedCluster, namespace: str, rng: random.Random, units: int = 4) -> Batch:
+    """A mixed batch: every unit is a partitioned-looking topic with trims, races and forged requests.
+
+    Per unit (ledger ids fresh from ZooKeeper's id generator):
+    * 3 trimmed ledgers, one of them offloaded (a LEDGER and an OFFLOAD_LEDGER request), one requested twice;
+    * 1 ledger requested before its metadata update, which lands 1 s later (in use, then free);
+    * 1 ledger whose metadata update "fails" (requested, never removed: must be kept, SKIPPED_IN_USE);
+    * forged requests: another topic's live ledger, a cursor ledger claimed as data, a schema ledger of
+      another schema, a ledger of another application (all must be kept);
+    * one undecodable payload.
+    """
+    batch = Batch(cluster, namespace)
+    other = f"{namespace}/other"
+    other_ids = cluster.new_ledger_ids(2)
+    cluster.create_topic(other, other_ids)
+    batch.keep_ledgers |= set(other_ids)
+    schema_a, schema_b = f"{namespace}/schema-a", f"{namespace}/schema-b"
+    schema_ledgers = cluster.new_ledger_ids(2)
+    cluster.add_schema(schema_a, [schema_ledgers[0]])
+    cluster.add_schema(schema_b, [schema_ledgers[1]])
+    batch.keep_ledgers |= set(schema_ledgers)
+    for unit in range(units):
+        topic = f"{namespace}/t{unit}-partition-{rng.randrange(4)}"
+        trimmed = cluster.new_ledger_ids(3)
+        late, failed, live, cursor_ledger, foreign = cluster.new_ledger_ids(5)
+        offloaded = {trimmed[0]}
+        cluster.create_topic(topic, [*trimmed, late, failed, live], offloaded=offloaded)
+        cluster.add_cursor(topic, "sub", cursor_ledger)
+        cluster.add_foreign_ledger(foreign, application="distributedlog")
+        batch.keep_ledgers |= {live, cursor_ledger, foreign}
+        for request in cluster.requests_for_trim(topic, trimmed):
+            ledger = request.ledger_id
+            if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+                exp = Expectation(
+                    request, "delete", DELETE_OUTCOMES, objects=cluster.offload_keys(topic, ledger)
+                )
+            else:
+                exp = Expectation(request, "delete", DELETE_OUTCOMES, ledgers={ledger})
+            batch.expect(exp, copies=2 if ledger == trimmed[1] else 1)
+        batch.marks.append((0.0, topic, list(trimmed)))
+        (late_request,) = cluster.requests_for_trim(topic, [late])
+        batch.expect(Expectation(late_request, "delete", DELETE_OUTCOMES, ledgers={late}))
+        batch.marks.append((1.0, topic, [late]))
+        (failed_request,) = cluster.requests_for_trim(topic, [failed])
+        batch.expect(Expectation(failed_request, "in_use", IN_USE_OUTCOMES, ledgers={failed}))
+        forged = [
+            # another topic's live ledger named as ours
+            PendingDeleteLedgerInfo(
+                topic, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, other_ids[unit % 2]
+            ),
+            # a cursor ledger claimed as data (in-use check off, so only BK metadata can stop it)
+            PendingDeleteLedgerInfo(
+                topic,
+                LedgerComponent.MANAGED_LEDGER,
+                LedgerType.LEDGER,
+                cursor_ledger,
+                check_ledger_still_in_use=False,
+            ),
+            # a ledger of another application
+            PendingDeleteLedgerInfo(
+                topic,
+                LedgerComponent.MANAGED_LEDGER,
+                LedgerType.LEDGER,
+                foreign,
+                check_ledger_still_in_use=False,
+            ),
+        ]
+        if unit == 0:
+            # a schema ledger of another schema (each schema ledger is claimed once per batch)
+            forged.append(
+                PendingDeleteLedgerInfo(
+                    schema_a,
+                    LedgerComponent.SCHEMA_STORAGE,
+                    LedgerType.LEDGER,
+                    schema_ledgers[1],
+                    schema_id=schema_a,
+                    check_ledger_still_in_use=False,
+                )
+            )
+        for request in forged:
+            if request.workflow_id not in batch.expectations:
+                batch.expect(Expectation(request, "mismatch", MISMATCH_OUTCOMES, ledgers={request.ledger_id}))
+        batch.garbage.append(b"\x00garbage-" + uuid.uuid4().bytes + bytes([unit]))
+    return batch
+
+
+def publish_batch(batch: Batch, publisher: RequestPublisher, rng: random.Random | None = None) -> int:
+    """Publish every message (shuffled when ``rng`` is given: reordering across partitions). Returns count."""
+    order: list[PendingDeleteLedgerInfo | bytes] = [*batch.messages, *batch.garbage]
+    if rng is not None:
+        rng.shuffle(order)
+    for item in order:
+        _retrying(lambda item=item: _send(publisher, item))  # type: ignore[misc]
+    return len(order)
+
+
+def _send(publisher: RequestPublisher, item: PendingDeleteLedgerInfo | bytes) -> str:
+    return publisher.publish_raw(item) if isinstance(item, bytes) else publisher.publish(item)
+
+
+def _retrying(send: Callable[[], object], attempts: int = 60) -> None:
+    # pulsar-lite may be restarting (a fault of the soak): a producer reconnects, we just try again.
+    for attempt in range(attempts):
+        try:
+            send()
+            return
+        except LedgerDeletionError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+
+
+async def run_marks(batch: Batch, started: float) -> None:
+    """The mark phase's metadata updates, each at its delay after publishing (retried through ZK faults)."""
+    for delay, topic, ids in sorted(batch.marks, key=lambda m: m[0]):
+        await asyncio.sleep(max(0.0, started + delay - time.monotonic()))
+        for _ in range(120):
+            try:
+                await asyncio.to_thread(batch.cluster.remove_ledgers_from_metadata, topic, ids)
+                break
+            except Exception as exc:  # ZooKeeper may be down (a fault under test): the broker would retry too
+                log.info("metadata update of %s failed (%s); retrying", topic, type(exc).__name__)
+                await asyncio.sleep(1.0)
+
+
+async def latest_result(client: Client, workflow_id: str, timeout: float) -> DeletionResult:
+    """The result of the latest run of ``workflow_id``, waiting for it to exist and to close."""
+    from temporalio.client import WorkflowFailureError
+    from temporalio.service import RPCError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
+            return await asyncio.wait_for(handle.result(), timeout=max(1.0, deadline - time.monotonic()))
+        except (RPCError, WorkflowFailureError) as exc:
+            # Not started yet, or Temporal restarting (a fault under test).
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{workflow_id}: no result within {timeout:.0f} s ({exc})") from exc
+            await asyncio.sleep(0.5)
+
+
+async def settle(
+    client: Client, batch: Batch, timeout: float = 180.0
+) -> tuple[dict[str, DeletionResult], dict[str, str]]:
+    """Wait for every expected workflow; returns (results, unexpected outcomes by workflow id)."""
+    ids = sorted(batch.expectations)
+    results = await asyncio.gather(*(latest_result(client, i, timeout) for i in ids))
+    by_id = dict(zip(ids, results, strict=True))
+    wrong = {
+        i: f"{batch.expectations[i].kind}: got {r.outcome.value} {r.reason}".strip()
+        for i, r in by_id.items()
+        if r.outcome not in batch.expectations[i].outcomes
+    }
+    return by_id, wrong
+
+
+async def running_workflows(client: Client, settings: Settings) -> list[str]:
+    """Ids of workflows still running on the settings' workflow task queue."""
+    query = f'TaskQueue="{settings.task_queue("workflow")}" AND ExecutionStatus="Running"'
+    return [wf.id async for wf in client.list_workflows(query)]
+
+
+async def wait_quiet(
+    client: Client, settings: Settings, timeout: float = 120.0, quiet: float = 3.0
+) -> list[str]:
+    """Until no workflow of these task queues has run for ``quiet`` seconds; returns those still running."""
+    deadline = time.monotonic() + timeout
+    calm_since: float | None = None
+    running: list[str] = []
+    while time.monotonic() < deadline:
+        try:
+            running = await running_workflows(client, settings)
+        except Exception as exc:  # visibility unavailable for a moment (Temporal restarting)
+            log.info("list_workflows failed: %s", exc)
+            running = ["?"]
+        if running:
+            calm_since = None
+        elif calm_since is None:
+            calm_since = time.monotonic()
+        elif time.monotonic() - calm_since >= quiet:
+            return []
+        await asyncio.sleep(0.5)
+    return running
+
+
+# --- faults -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FaultKit:
+    services: ServiceControl
+    pools: PoolSet
+    proxy: S3FaultProxy
+    rng: random.Random
+
+    async def kill_pool(self) -> str:
+        pool = self.rng.choice(self.pools.pools)
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        self.pools.kill9(pool)
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(self.pools.restart, pool)
+        return f"kill -9 {pool} pool"
+
+    async def pulsar_pool_before_ack(self) -> str:
+        # Requests are in their in-use grace (metadata lands 1 s later): workflows started, acks not sent.
+        await asyncio.sleep(self.rng.uniform(0.3, 1.0))
+        self.pools.kill9("pulsar")
+        await asyncio.sleep(self.rng.uniform(1.0, 3.0))
+        await asyncio.to_thread(self.pools.restart, "pulsar")
+        return "kill -9 pulsar pool between start and ack"
+
+    async def zookeeper_outage(self) -> str:
+        await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+        await asyncio.to_thread(self.services.stop, "zookeeper")
+        down = self.rng.uniform(3.0, 8.0)
+        await asyncio.sleep(down)
+        await asyncio.to_thread(self.services.start)
+        return f"ZooKeeper stopped {down:.0f} s"
+
+    async def s3_errors(self) -> str:
+        seconds = self.rng.uniform(5.0, 12.0)
+        mode = self.rng.choice(["500", "503", "SlowDown", "mixed"])
+        self.proxy.fail(mode, seconds)  # type: ignore[arg-type]
+        await asyncio.sleep(seconds)
+        return f"S3 answering {mode} for {seconds:.0f} s"
+
+    async def s3_down(self) -> str:
+        self.proxy.go_down()
+        seconds = self.rng.uniform(4.0, 10.0)
+        await asyncio.sleep(seconds)
+        self.proxy.come_back()
+        return f"S3 unreachable {seconds:.0f} s"
+
+    async def temporal_restart(self) -> str:
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(self.services.kill9, "temporal")
+        await asyncio.to_thread(self.services.start)
+        return "Temporal dev server kill -9 + restart"
+
+    async def pulsar_restart(self) -> str:
+        await asyncio.sleep(self.rng.uniform(0.5, 3.0))
+        await asyncio.to_thread(self.services.kill9, "pulsar")
+        await asyncio.to_thread(self.services.start)
+        return "pulsar-lite kill -9 + restart"
+
+    def random_fault(self) -> Callable[[], Awaitable[str]]:
+        faults: list[Callable[[], Awaitable[str]]] = [
+            self.kill_pool,
+            self.pulsar_pool_before_ack,
+            self.zookeeper_outage,
+            self.s3_errors,
+            self.s3_down,
+            self.temporal_restart,
+            self.pulsar_restart,
+        ]
+        return self.rng.choice(faults)
+
+
+# --- the soak -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SoakCounts:
+    requests: int = 0
+    deleted: int = 0
+    kept_in_use: int = 0
+    kept_mismatch: int = 0
+    dead_lettered: int = 0
+    unacked: int = 0
+    wrongly_deleted: int = 0
+    left_orphaned: int = 0
+    unexpected_outcomes: int = 0
+    stuck: int = 0
+
+    def line(self) -> str:
+        return (
+            f"requests={self.requests} deleted={self.deleted} kept_in_use={self.kept_in_use} "
+            f"kept_mismatch={self.kept_mismatch} dead_lettered={self.dead_lettered} unacked={self.unacked} "
+            f"wrongly_deleted={self.wrongly_deleted} left_orphaned={self.left_orphaned}"
+        )
+
+
+def soak_ports() -> Any:
+    from devstack.stack import StackPorts
+
+    # Below the ephemeral range (32768+), apart from the default stack (1xxxx) and the fault tests (24xxx).
+    return StackPorts(
+        temporal=25233,
+        temporal_ui=25234,
+        pulsar=25650,
+        zookeeper=25181,
+        s3=25900,
+        admin=25080,
+        admin_owner=25081,
+    )
+
+
+SOAK_PROXY_PORT = 25901
+
+
+def soak_settings(endpoints: Any, proxy_url: str, run_id: str) -> Settings:
+    return Settings(
+        temporal_address=endpoints.temporal_address,
+        temporal_ui_url=endpoints.temporal_ui_url,
+        pulsar_url=endpoints.pulsar_url,
+        pulsar_admin_url=endpoints.pulsar_admin_url,
+        zookeeper=endpoints.zookeeper,
+        s3_endpoint=proxy_url,
+        offload_bucket=endpoints.offload_bucket,
+        topic=f"persistent://pulsar/system/__ledger_deletion_soak_{run_id}",
+        task_queue_prefix=f"ld-soak-{run_id}",
+        # Retries outlast every injected fault (longest: ~15 s incl. restart), as production's 10 x up to
+        # 600 s outlast real outages: a transient fault must never turn an eligible ledger into a dead letter.
+        max_attempts=12,
+        retry_initial_seconds=0.5,
+        retry_max_interval_seconds=4.0,
+        activity_timeout_seconds=20,
+        zookeeper_timeout_seconds=5,
+        in_use_rechecks=3,
+        in_use_recheck_seconds=1.5,
+        ack_schedule_to_start_seconds=5,
+        shutdown_grace_seconds=3,
+    )
+
+
+async def run_soak(
+    minutes: float,
+    state_dir: Path,
+    *,
+    seed: int | None = None,
+    units: int = 3,
+    echo: Callable[[str], None] = print,
+) -> SoakCounts:
+    from temporalio.client import Client
+
+    from devstack.cluster import SimulatedCluster
+    from devstack.faults import PoolSet, S3FaultProxy, ServiceControl, count_redeliverable, read_dead_letters
+    from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, Stack
+    from ledger_deletion.submit import RequestPublisher
+
+    seed = seed if seed is not None else random.randrange(2**32)
+    rng = random.Random(seed)
+    run_id = uuid.uuid4().hex[:8]
+    stack = Stack(state_dir, soak_ports())
+    endpoints = await asyncio.to_thread(stack.up)
+    proxy = S3FaultProxy(endpoints.s3_endpoint, port=SOAK_PROXY_PORT).start()
+    settings = soak_settings(endpoints, proxy.url, run_id)
+    echo(f"soak {run_id}: seed={seed} minutes={minutes} stack={state_dir}")
+    counts = SoakCounts()
+    zk = endpoints.zookeeper_client()
+    s3 = endpoints.s3_client()
+    pools = PoolSet(
+        settings,
+        state_dir / "logs" / f"soak-{run_id}",
+        extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
+    )
+    kit = FaultKit(ServiceControl(stack), pools, proxy, rng)
+    client = await Client.connect(endpoints.temporal_address)
+    await asyncio.to_thread(pools.start)
+    deadline = time.monotonic() + minutes * 60
+    round_no = 0
+    try:
+        while time.monotonic() < deadline:
+            round_no += 1
+            cluster = SimulatedCluster(zk, s3, bucket=endpoints.offload_bucket)
+            batch = await asyncio.to_thread(build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units)
+            fault = kit.random_fault()
+            fault_task = asyncio.create_task(fault())
+            with RequestPublisher(settings) as publisher:
+                sent = await asyncio.to_thread(publish_batch, batch, publisher, rng)
+            counts.requests += sent
+            await run_marks(batch, time.monotonic())
+            what = await fault_task
+            try:
+                results, wrong = await settle(client, batch, timeout=240)
+            except TimeoutError as exc:
+                counts.stuck += 1
+                echo(f"round {round_no}: STUCK {exc}")
+                results, wrong = {}, {}
+            for exp in batch.expectations.values():
+                if exp.kind == "delete":
+                    counts.deleted += 1
+                elif exp.kind == "in_use":
+                    counts.kept_in_use += 1
+                else:
+                    counts.kept_mismatch += 1
+            counts.unexpected_outcomes += len(wrong)
+            bad, left, problems = await asyncio.to_thread(batch.storage_report)
+            counts.wrongly_deleted += bad
+            counts.left_orphaned += left
+            # Every pool must be up before the next fault (a killed pool restarts inside its fault).
+            for name, process in pools.processes.items():
+                if not process.alive:
+                    echo(f"round {round_no}: pool {name} died on its own; restarting")
+                    await asyncio.to_thread(pools.restart, name)
+            echo(
+                f"round {round_no}: {what}; {sent} messages, {len(results)} workflows closed, "
+                f"unexpected={len(wrong)} problems={problems[:3]} {list(wrong.values())[:2]}"
+            )
+        still = await wait_quiet(client, settings, timeout=180)
+        counts.stuck += len(still)
+    finally:
+        await asyncio.to_thread(pools.stop)
+        proxy.stop()
+    counts.unacked = await asyncio.to_thread(count_redeliverable, settings, 5.0)
+    counts.dead_lettered = len(await asyncio.to_thread(read_dead_letters, settings, 3.0))
+    zk.stop()
+    zk.close()
+    echo(
+        f"rounds={round_no} unexpected_outcomes={counts.unexpected_outcomes} stuck_workflows={counts.stuck} "
+        f"s3_proxy_requests={proxy.requests} s3_injected_errors={proxy.failed}"
+    )
+    echo(counts.line())
+    return counts
+
+
+def soak(
+    minutes: float = 30.0,
+    state_dir: Path | None = None,
+    seed: int | None = None,
+    units: int = 3,
+) -> None:
+    """Run a mixed workload with random faults for MINUTES on a private stack; print the invariants' counts.
+
+    Faults, one per round: kill -9 of a pool (workflow, pulsar, bookkeeper, offload), the pulsar pool killed
+    between start and ack, ZooKeeper stopped for seconds, S3 answering 500/503/SlowDown, S3 unreachable,
+    the Temporal dev server killed and restarted, pulsar-lite killed and restarted. Exit code 1 when any of
+    wrongly_deleted, left_orphaned, unacked is not 0.
+    """
+    from devstack.stack import default_state_dir
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    directory = state_dir or default_state_dir().with_name("soak-stack")
+
+    def echo(text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {text}" if not text.startswith("requests=") else text, flush=True)
+
+    counts = asyncio.run(run_soak(minutes, directory, seed=seed, units=units, echo=echo))
+    if counts.wrongly_deleted or counts.left_orphaned or counts.unacked:
+        raise typer.Exit(1)
+
+
+def soak_cli(
+    minutes: Annotated[float, typer.Option(help="How long to run.")] = 30.0,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="The soak's own stack (default: next to the default stack).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Random seed (printed at start) to replay a run.")] = None,
+    units: Annotated[int, typer.Option(help="Topics per round (each ~12 requests).")] = 3,
+) -> None:
+    soak(minutes, state_dir, seed, units)
+
+
+soak_cli.__doc__ = soak.__doc__
+
+
+def soak_command() -> Callable[..., None]:
+    """The typer command, mounted as ``ledger-deletion soak`` by ``ledger_deletion.cli``."""
+    return soak_cli

@@ -1,0 +1,145 @@
+"""Candidate findings -> ``PendingDeleteLedgerInfo`` requests, and the two files that carry them.
+
+``candidates.jsonl`` holds one request per line in the exact wire shape ``ledger-deletion submit --jsonl``
+reads (:func:`ledger_deletion.request.request_to_wire`); ``candidates.avro`` is an Avro container file of the
+same records with the deletion topic's schema. Every request is validated with
+:func:`~ledger_deletion.request.request_from_wire` before it is written, so a file never carries a request the
+service would reject; rejected findings are returned with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from ledger_deletion.errors import InvalidRequestError
+from ledger_deletion.formats.avro import parsed_schema
+from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, java_uuid_parts
+from ledger_deletion.request import (
+    LedgerComponent,
+    LedgerInfo,
+    LedgerType,
+    OffloadContext,
+    OffloadDriverMetadata,
+    PendingDeleteLedgerInfo,
+    request_from_wire,
+    request_to_wire,
+)
+
+__all__ = [
+    "OFFLOAD_DRIVER",
+    "Rejected",
+    "build_requests",
+    "head_owners",
+    "request_for_finding",
+    "write_avro",
+    "write_jsonl",
+]
+
+OFFLOAD_DRIVER = "aws-s3"
+SOURCE_PROPERTY = "source"
+SOURCE = "reconcile"
+MANAGED_LEDGER_NAME_META = "managedledgername"  # S3 hands user metadata keys back lower-cased
+
+
+@dataclass(frozen=True)
+class Rejected:
+    finding: Mapping[str, Any]
+    reason: str
+
+
+def request_for_finding(row: Mapping[str, Any]) -> PendingDeleteLedgerInfo:
+    """The request for one ``candidate`` finding (a row of the findings table).
+
+    Raises:
+        InvalidRequestError: the finding does not make a valid request (e.g. a name Pulsar would not write).
+    """
+    ledger_type = LedgerType(row["ledger_type"])
+    properties = {SOURCE_PROPERTY: SOURCE}
+    context = None
+    if ledger_type is LedgerType.OFFLOAD_LEDGER:
+        msb, lsb = java_uuid_parts(str(row["uuid"]))
+        context = LedgerInfo(
+            ledger_id=int(row["ledger_id"]),
+            size=int(row["bytes"] or 0),
+            offload_context=OffloadContext(
+                uid_msb=msb,
+                uid_lsb=lsb,
+                complete=True,
+                driver_metadata=OffloadDriverMetadata(OFFLOAD_DRIVER, {BUCKET_PROPERTY: str(row["bucket"])}),
+            ),
+        )
+    request = PendingDeleteLedgerInfo(
+        topic_name=str(row["topic_name"]),
+        ledger_component=LedgerComponent(row["ledger_component"]),
+        ledger_type=ledger_type,
+        ledger_id=int(row["ledger_id"]),
+        cursor_name=row.get("cursor_name") if row["ledger_component"] == "MANAGED_CURSOR" else None,
+        schema_id=row.get("schema_id") if row["ledger_component"] == "SCHEMA_STORAGE" else None,
+        context=context,
+        check_ledger_still_in_use=True,
+        properties=properties,
+    )
+    # Round-trip through the service's own validation: what we write is what it accepts.
+    return request_from_wire(request_to_wire(request))
+
+
+def build_requests(
+    rows: Iterable[Mapping[str, Any]],
+) -> tuple[list[PendingDeleteLedgerInfo], list[Rejected]]:
+    requests: list[PendingDeleteLedgerInfo] = []
+    rejected: list[Rejected] = []
+    for row in rows:
+        try:
+            requests.append(request_for_finding(row))
+        except (InvalidRequestError, ValueError, TypeError, KeyError) as exc:
+            rejected.append(Rejected(row, str(exc)))
+    requests.sort(key=lambda r: (r.ledger_type.value, r.ledger_id))
+    return requests, rejected
+
+
+def write_jsonl(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:
+    tmp = path.with_suffix(".jsonl.tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for request in requests:
+            out.write(json.dumps(request_to_wire(request), separators=(",", ":")) + "\n")
+    tmp.replace(path)
+
+
+def write_avro(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:
+    tmp = path.with_suffix(".avro.tmp")
+    with tmp.open("wb") as out:
+        fastavro.writer(out, parsed_schema(), (request_to_wire(r) for r in requests), codec="deflate")
+    tmp.replace(path)
+
+
+def head_owners(
+    s3: Any, groups: Sequence[tuple[str, str, int | None, Sequence[str]]], threads: int = 16
+) -> list[tuple[str, str, int | None, str | None]]:
+    """(bucket, uuid, ledger id, ManagedLedgerName) for each (bucket, uuid, ledger id, keys) group.
+
+    The listing does not carry user metadata, so only the offload candidates are HEADed (data key first);
+    ``None`` when no object of the group has the metadata (or all vanished meanwhile).
+    """
+    from botocore.exceptions import ClientError
+
+    def one(group: tuple[str, str, int | None, Sequence[str]]) -> tuple[str, str, int | None, str | None]:
+        bucket, uid, ledger_id, keys = group
+        for key in sorted(keys, key=lambda k: k.endswith("-index")):
+            try:
+                head = s3.head_object(Bucket=bucket, Key=key)
+            except ClientError:
+                continue
+            meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
+            if meta.get(MANAGED_LEDGER_NAME_META):
+                return bucket, uid, ledger_id, str(meta[MANAGED_LEDGER_NAME_META])
+        return bucket, uid, ledger_id, None
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(one, groups))

@@ -1,0 +1,416 @@
+"""Reconcile: pure ``DataFrame -> DataFrame`` functions (no I/O, every parameter explicit).
+
+Inputs are the extract tables (schemas below); the output is one *findings* table: every BK ledger and every
+offloaded ledger (group of objects) that nothing references, each with a ``status``:
+
+* ``candidate`` — an orphan to hand to the deletion service (which re-checks everything before deleting);
+* ``report-only`` — an orphan the service has no request type for (compacted ledgers, streaming-offload
+  segments whose key carries no ledger id, objects whose owner cannot be told): reported, never submitted;
+* ``excluded`` — kept by a safety rule, named in ``reason``.
+
+Safety rules, in order (the first that applies is the reason):
+
+1. never an id referenced anywhere (anti-join against every reference of every kind, and every offload
+   context) — these rows are not findings at all; for objects, a still-referenced ledger id with another uuid
+   (a failed earlier offload) is ``excluded`` as ``ledger-id-referenced``;
+2. ``application=pulsar`` only: unparseable metadata, no ``application`` tag, or another application;
+3. an owner whose metadata record could not be decoded (``unreadable`` reference rows) keeps everything;
+4. created at or after the cut-off (``now - min age``): znode ctime (or the metadata ctime if later) for
+   ledgers, LastModified for objects;
+5. a ledger that is not CLOSED and whose znode changed at or after the cut-off (still being written).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+__all__ = [
+    "BK_LEDGERS_SCHEMA",
+    "FINDINGS_COLUMNS",
+    "OFFLOAD_CONTEXTS_SCHEMA",
+    "OFFLOAD_OBJECTS_SCHEMA",
+    "OFFLOAD_OWNERS_SCHEMA",
+    "REFERENCES_SCHEMA",
+    "attach_offload_owners",
+    "bk_findings",
+    "classify_bk_ledgers",
+    "filter_tenant",
+    "offload_findings",
+    "parse_object_keys",
+    "reconcile",
+    "referenced_ids",
+    "summarize",
+    "unreadable_owners",
+]
+
+BK_LEDGERS_SCHEMA = StructType(
+    [
+        StructField("ledger_id", LongType(), False),
+        StructField("path", StringType()),
+        StructField("format_version", IntegerType()),
+        StructField("application", StringType()),
+        StructField("component", StringType()),
+        StructField("managed_ledger", StringType()),
+        StructField("cursor_name", StringType()),
+        StructField("schema_id", StringType()),
+        StructField("compacted_topic", StringType()),
+        StructField("custom", MapType(StringType(), StringType())),
+        StructField("length", LongType()),
+        StructField("state", StringType()),
+        StructField("ctime_ms", LongType()),
+        StructField("mtime_ms", LongType()),
+        StructField("md_ctime_ms", LongType()),
+        StructField("parse_error", StringType()),
+    ]
+)
+REFERENCES_SCHEMA = StructType(
+    [
+        StructField("ledger_id", LongType(), False),
+        StructField("kind", StringType()),
+        StructField("owner", StringType()),
+        StructField("cursor_name", StringType()),
+    ]
+)
+OFFLOAD_CONTEXTS_SCHEMA = StructType(
+    [
+        StructField("ledger_id", LongType(), False),
+        StructField("uuid", StringType()),
+        StructField("variant", StringType()),
+        StructField("managed_ledger", StringType()),
+        StructField("bucket", StringType()),
+        StructField("complete", BooleanType()),
+    ]
+)
+OFFLOAD_OBJECTS_SCHEMA = StructType(
+    [
+        StructField("bucket", StringType(), False),
+        StructField("key", StringType(), False),
+        StructField("size", LongType()),
+        StructField("last_modified_ms", LongType()),
+    ]
+)
+OFFLOAD_OWNERS_SCHEMA = StructType(
+    [
+        StructField("bucket", StringType(), False),
+        StructField("uuid", StringType(), False),
+        StructField("ledger_id", LongType()),
+        StructField("managed_ledger", StringType()),
+    ]
+)
+
+FINDINGS_COLUMNS = (
+    "storage", "ledger_id", "component", "ledger_component", "ledger_type", "topic_name", "tenant",
+    "namespace", "managed_ledger", "cursor_name", "schema_id", "bucket", "uuid", "variant", "keys", "bytes",
+    "created_ms", "status", "reason",
+)
+
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_LEDGER_KEY = rf"^({_UUID})-ledger-([0-9]{{1,19}})(-index)?$"
+_SEGMENT_KEY = rf"^({_UUID})(-index)?$"
+_ML_NAME = r"^(.+)/persistent/([^/]+)$"
+
+CANDIDATE, REPORT_ONLY, EXCLUDED = "candidate", "report-only", "excluded"
+_COMPONENT_TO_REQUEST = {"data": "MANAGED_LEDGER", "cursor": "MANAGED_CURSOR", "schema": "SCHEMA_STORAGE"}
+
+
+def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
+    """``CASE WHEN c1 THEN v1 WHEN c2 THEN v2 ... ELSE default END``."""
+    expr = F.when(rules[0][0], F.lit(rules[0][1]))
+    for cond, value in rules[1:]:
+        expr = expr.when(cond, F.lit(value))
+    return expr.otherwise(default)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# References
+# ---------------------------------------------------------------------------------------------------------
+
+
+def referenced_ids(references: DataFrame, contexts: DataFrame) -> DataFrame:
+    """Every ledger id referenced anywhere (``ledger_id``, distinct)."""
+    refs = references.where(F.col("ledger_id") >= 0).select("ledger_id")
+    return refs.unionByName(contexts.select("ledger_id")).distinct()
+
+
+def unreadable_owners(references: DataFrame) -> DataFrame:
+    """Owners (managed-ledger names, schema ids) whose metadata record did not decode (``owner``, distinct)."""
+    return references.where(F.col("kind") == "unreadable").select("owner").distinct()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# BookKeeper ledgers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _topic_of_ml(ml: Column) -> Column:
+    return F.when(ml.rlike(_ML_NAME), F.regexp_replace(ml, _ML_NAME, "$1/$2"))
+
+
+def _with_tenant(df: DataFrame) -> DataFrame:
+    topic = F.col("topic_name")
+    return df.withColumn("tenant", F.when(topic.contains("/"), F.substring_index(topic, "/", 1))).withColumn(
+        "namespace", F.when(topic.contains("/"), F.regexp_extract(topic, r"^(.*)/[^/]+$", 1))
+    )
+
+
+def classify_bk_ledgers(bk: DataFrame) -> DataFrame:
+    """Add ``component`` (data | cursor | schema | compacted | unknown), ``topic_name``, ``tenant``, ``namespace``.
+
+    Tags come from the Pulsar custom metadata; the older un-prefixed keys (``psr/managed-ledger``,
+    ``psr/cursor``, ``schemaId``, ``compactedTopic``) are read when the current ones are absent.
+    """
+    custom = F.col("custom")
+    df = (
+        bk.withColumn("managed_ledger", F.coalesce("managed_ledger", custom.getItem("psr/managed-ledger")))
+        .withColumn("cursor_name", F.coalesce("cursor_name", custom.getItem("psr/cursor")))
+        .withColumn("schema_id", F.coalesce("schema_id", custom.getItem("schemaId")))
+        .withColumn("compacted_topic", F.coalesce("compacted_topic", custom.getItem("compactedTopic")))
+    )
+    component = F.col("component")
+    df = df.withColumn(
+        "component",
+        F.when(component == "schema", "schema")
+        .when(component.isin("compacted-ledger", "compacted-topic"), "compacted")
+        .when((component == "managed-ledger") & F.col("cursor_name").isNotNull(), "cursor")
+        .when(component == "managed-ledger", "data")
+        .otherwise("unknown"),
+    )
+    df = df.withColumn(
+        "topic_name",
+        F.when(F.col("component") == "schema", F.col("schema_id"))
+        .when(
+            F.col("component") == "compacted",
+            F.regexp_replace(F.col("compacted_topic"), r"^(non-)?persistent://", ""),
+        )
+        .when(F.col("component").isin("data", "cursor"), _topic_of_ml(F.col("managed_ledger"))),
+    )
+    return _with_tenant(df)
+
+
+def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int) -> DataFrame:
+    """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
+    unref = bk.join(referenced_ids(references, contexts), "ledger_id", "left_anti")
+    df = classify_bk_ledgers(unref)
+    bad_owners = unreadable_owners(references).select(F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad"))
+    owner_key = F.coalesce(F.col("managed_ledger"), F.col("schema_id"))
+    df = df.join(bad_owners, owner_key == F.col("_bad_owner"), "left")
+    created = F.greatest(F.col("ctime_ms"), F.coalesce(F.col("md_ctime_ms"), F.col("ctime_ms")))
+    app = F.col("application")
+    component = F.col("component")
+    reason = _first(
+        [
+            (F.col("parse_error").isNotNull(), "unparseable-metadata"),
+            (app.isNull(), "no-application-tag"),
+            (app != "pulsar", "not-pulsar"),
+            (F.col("_bad").isNotNull(), "owner-metadata-unreadable"),
+            (created >= F.lit(cutoff_ms), "too-young"),
+            ((F.col("state") != "CLOSED") & (F.col("mtime_ms") >= F.lit(cutoff_ms)), "open-recently-modified"),
+            (component == "unknown", "unknown-component"),
+            (F.col("topic_name").isNull(), "owner-unknown"),
+            (component == "compacted", "compacted-ledger-has-no-request-type"),
+        ],
+        F.lit(None).cast(StringType()),
+    )
+    status = (
+        F.when(F.col("reason").isNull(), F.lit(CANDIDATE))
+        .when(F.col("reason") == "compacted-ledger-has-no-request-type", F.lit(REPORT_ONLY))
+        .otherwise(F.lit(EXCLUDED))
+    )
+    mapping = F.create_map(*[F.lit(x) for kv in _COMPONENT_TO_REQUEST.items() for x in kv])
+    return (
+        df.withColumn("reason", reason)
+        .withColumn("status", status)
+        .select(
+            F.lit("bookkeeper").alias("storage"),
+            "ledger_id",
+            "component",
+            mapping.getItem(component).alias("ledger_component"),
+            F.lit("LEDGER").alias("ledger_type"),
+            "topic_name",
+            "tenant",
+            "namespace",
+            "managed_ledger",
+            "cursor_name",
+            "schema_id",
+            F.lit(None).cast(StringType()).alias("bucket"),
+            F.lit(None).cast(StringType()).alias("uuid"),
+            F.lit(None).cast(StringType()).alias("variant"),
+            F.array(F.col("path")).alias("keys"),
+            F.coalesce(F.col("length"), F.lit(0)).cast(LongType()).alias("bytes"),
+            created.alias("created_ms"),
+            "status",
+            "reason",
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Offloaded objects
+# ---------------------------------------------------------------------------------------------------------
+
+
+def parse_object_keys(objects: DataFrame) -> DataFrame:
+    """Add ``variant`` (ledger | segment | null), ``uuid``, ``ledger_id`` (null for segments) from the key."""
+    key = F.col("key")
+    is_ledger = key.rlike(_LEDGER_KEY)
+    is_segment = key.rlike(_SEGMENT_KEY)
+    return (
+        objects.withColumn("variant", F.when(is_ledger, "ledger").when(is_segment, "segment"))
+        .withColumn(
+            "uuid",
+            F.when(is_ledger, F.regexp_extract(key, _LEDGER_KEY, 1)).when(
+                is_segment, F.regexp_extract(key, _SEGMENT_KEY, 1)
+            ),
+        )
+        .withColumn(
+            "ledger_id", F.when(is_ledger, F.regexp_extract(key, _LEDGER_KEY, 2).cast(LongType()))
+        )
+    )
+
+
+def offload_findings(
+    objects: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int
+) -> DataFrame:
+    """Offloaded ledgers (objects grouped by bucket, uuid, ledger id) that no surviving offload context names.
+
+    Classic keys match on (uuid, ledger id), segment keys on the uuid, against every context of every
+    managed ledger (whatever its bucket: uuids are random, a match anywhere means in use). The owner
+    (``managed_ledger``/``topic_name``) is not known yet: see :func:`attach_offload_owners`.
+    """
+    parsed = parse_object_keys(objects)
+    ctx_pairs = contexts.select("uuid", "ledger_id").distinct()
+    ctx_uuids = contexts.select("uuid").distinct()
+    ledger_objs = parsed.where(F.col("variant") == "ledger").join(ctx_pairs, ["uuid", "ledger_id"], "left_anti")
+    segment_objs = parsed.where(F.col("variant") == "segment").join(ctx_uuids, ["uuid"], "left_anti")
+    other = parsed.where(F.col("variant").isNull()).withColumn("uuid", F.col("key"))
+    unref = ledger_objs.unionByName(segment_objs).unionByName(other)
+    grouped = unref.groupBy("bucket", "variant", "uuid", "ledger_id").agg(
+        F.sort_array(F.collect_list("key")).alias("keys"),
+        F.sum("size").cast(LongType()).alias("bytes"),
+        F.max("last_modified_ms").alias("created_ms"),
+    )
+    referenced = referenced_ids(references, contexts).select(
+        F.col("ledger_id").alias("_ref_id"), F.lit(True).alias("_referenced")
+    )
+    grouped = grouped.join(referenced, F.col("ledger_id") == F.col("_ref_id"), "left")
+    reason = _first(
+        [
+            (F.col("variant").isNull(), "unrecognized-key"),
+            (F.col("_referenced").isNotNull(), "ledger-id-referenced"),
+            (F.col("created_ms") >= F.lit(cutoff_ms), "too-young"),
+            (F.col("variant") == "segment", "segment-ledger-unknown"),
+        ],
+        F.lit(None).cast(StringType()),
+    )
+    status = (
+        F.when(F.col("reason").isNull(), F.lit(CANDIDATE))
+        .when(F.col("reason") == "segment-ledger-unknown", F.lit(REPORT_ONLY))
+        .otherwise(F.lit(EXCLUDED))
+    )
+    none = F.lit(None).cast(StringType())
+    return (
+        grouped.withColumn("reason", reason)
+        .withColumn("status", status)
+        .select(
+            F.lit("offload").alias("storage"),
+            "ledger_id",
+            F.lit("data").alias("component"),
+            F.lit("MANAGED_LEDGER").alias("ledger_component"),
+            F.lit("OFFLOAD_LEDGER").alias("ledger_type"),
+            none.alias("topic_name"),
+            none.alias("tenant"),
+            none.alias("namespace"),
+            none.alias("managed_ledger"),
+            none.alias("cursor_name"),
+            none.alias("schema_id"),
+            "bucket",
+            F.when(F.col("variant").isNotNull(), F.col("uuid")).alias("uuid"),
+            "variant",
+            F.col("keys").cast(ArrayType(StringType())).alias("keys"),
+            "bytes",
+            "created_ms",
+            "status",
+            "reason",
+        )
+    )
+
+
+def attach_offload_owners(findings: DataFrame, owners: DataFrame, bk: DataFrame) -> DataFrame:
+    """Fill the owner of offload findings: the objects' ``ManagedLedgerName`` user metadata (``owners``:
+    bucket, uuid, ledger_id, managed_ledger), else the BK ledger of the same id's ``pulsar/managed-ledger``
+    tag. A candidate whose owner stays unknown becomes ``report-only`` (``owner-unknown``)."""
+    own = owners.select(
+        F.col("bucket").alias("_o_bucket"),
+        F.col("uuid").alias("_o_uuid"),
+        F.col("ledger_id").alias("_o_ledger"),
+        F.col("managed_ledger").alias("_o_ml"),
+    )
+    bk_owner = classify_bk_ledgers(bk).where(F.col("component") == "data").select(
+        F.col("ledger_id").alias("_b_ledger"), F.col("managed_ledger").alias("_b_ml")
+    )
+    is_offload = F.col("storage") == "offload"
+    joined = findings.join(
+        own,
+        is_offload
+        & (F.col("bucket") == F.col("_o_bucket"))
+        & (F.col("uuid") == F.col("_o_uuid"))
+        & (F.col("ledger_id").eqNullSafe(F.col("_o_ledger"))),
+        "left",
+    ).join(bk_owner, is_offload & (F.col("ledger_id") == F.col("_b_ledger")), "left")
+    ml = F.when(is_offload, F.coalesce("_o_ml", "_b_ml")).otherwise(F.col("managed_ledger"))
+    df = joined.withColumn("managed_ledger", ml).withColumn(
+        "topic_name", F.when(is_offload, _topic_of_ml(F.col("managed_ledger"))).otherwise(F.col("topic_name"))
+    )
+    df = _with_tenant(df.drop("tenant", "namespace"))
+    unknown = is_offload & (F.col("status") == CANDIDATE) & F.col("topic_name").isNull()
+    df = df.withColumn("reason", F.when(unknown, F.lit("owner-unknown")).otherwise(F.col("reason"))).withColumn(
+        "status", F.when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status"))
+    )
+    return df.select(*FINDINGS_COLUMNS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Whole reconcile, tenant filter, summary
+# ---------------------------------------------------------------------------------------------------------
+
+
+def filter_tenant(findings: DataFrame, tenant: str | None) -> DataFrame:
+    """Only the findings of one tenant (``None``: all). Findings of unknown owner are dropped by a filter."""
+    return findings if tenant is None else findings.where(F.col("tenant") == tenant)
+
+
+def reconcile(
+    bk: DataFrame,
+    references: DataFrame,
+    contexts: DataFrame,
+    objects: DataFrame,
+    owners: DataFrame,
+    *,
+    cutoff_ms: int,
+    tenant: str | None = None,
+) -> DataFrame:
+    """All findings (BK and offload), owners attached, filtered to ``tenant`` when given."""
+    findings = bk_findings(bk, references, contexts, cutoff_ms=cutoff_ms).unionByName(
+        offload_findings(objects, references, contexts, cutoff_ms=cutoff_ms)
+    )
+    return filter_tenant(attach_offload_owners(findings, owners, bk), tenant)
+
+
+def summarize(findings: DataFrame) -> DataFrame:
+    """Counts and bytes by tenant, namespace, component, storage and status (the report's data)."""
+    return (
+        findings.groupBy("tenant", "namespace", "component", "storage", "status")
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").cast(LongType()).alias("bytes"))
+        .orderBy("tenant", "namespace", "component", "storage", "status")
+    )

@@ -1,0 +1,65 @@
+"""Small helpers shared by the operator tests."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+
+import httpx
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from ledger_deletion.contracts import DeletionResult
+from ledger_deletion.request import PendingDeleteLedgerInfo
+from tests.conftest import wait_for_result
+
+
+def orphan_requests(
+    cluster: SimulatedCluster, tenant: str, *, offloaded: bool = True
+) -> tuple[str, list[PendingDeleteLedgerInfo]]:
+    """A topic of three ledgers, the two oldest trimmed (the middle one also offloaded): their requests."""
+    topic = f"{tenant}/ns-{uuid.uuid4().hex[:6]}/orders"
+    ids = cluster.new_ledger_ids(3)
+    cluster.create_topic(topic, ids, offloaded=[ids[1]] if offloaded else [])
+    requests = cluster.requests_for_trim(topic, ids[:2])
+    cluster.remove_ledgers_from_metadata(topic, ids[:2])
+    return topic, requests
+
+
+async def results_of(client: Client, requests: list[PendingDeleteLedgerInfo]) -> dict[str, DeletionResult]:
+    ids = sorted({r.workflow_id for r in requests})
+    results = await asyncio.gather(*(wait_for_result(client, i, timeout=120) for i in ids))
+    return dict(zip(ids, results, strict=True))
+
+
+def scrape(url: str) -> str:
+    return httpx.get(url, timeout=5).text
+
+
+def metric_value(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        sample_labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', line.split("}")[0]))
+        if all(sample_labels.get(k) == v for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+async def eventually(check: object, timeout: float = 20.0) -> None:
+    """Retry an assertion (visibility and metrics are eventually consistent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()  # type: ignore[operator]
+            if asyncio.iscoroutine(result):
+                await result
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)

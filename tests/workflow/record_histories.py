@@ -1,0 +1,59 @@
+"""Re-record the replay-test histories: ``python -m tests.workflow.record_histories`` with the stack up.
+
+Only when a workflow change is deliberately incompatible and nothing runs in production yet; otherwise guard
+the change with ``workflow.patched()`` and keep the old histories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef
+from tests.workflow.test_workflow_logic import Fakes, Harness, data_request, offload_request
+from workflows.ledger_deletion import LedgerDeletionWorkflow
+
+HISTORIES = Path(__file__).parent / "histories"
+VERSION_RACE = [DeleteBkLedgerStatus.VERSION_CHANGED, DeleteBkLedgerStatus.DELETED]
+
+CASES: dict[str, Callable[[Fakes], None]] = {
+    "deleted": lambda f: None,
+    "in_use_then_deleted": lambda f: setattr(f, "in_use_answers", [True, False]),
+    "version_changed": lambda f: setattr(f, "delete_statuses", list(VERSION_RACE)),
+    "dead_lettered": lambda f: setattr(f, "delete_error", "ZooKeeper gone"),
+    "offloaded": lambda f: None,
+}
+
+
+async def record(address: str = "127.0.0.1:17233") -> None:
+    client = await Client.connect(address)
+    for name, tweak in CASES.items():
+        fakes = Fakes()
+        tweak(fakes)
+        queue = f"record-{uuid.uuid4().hex[:6]}"
+        with ThreadPoolExecutor(8) as executor:
+            async with Worker(
+                client,
+                task_queue=queue,
+                workflows=[LedgerDeletionWorkflow],
+                activities=fakes.activities(),
+                activity_executor=executor,
+            ):
+                request = offload_request(900) if name == "offloaded" else data_request(901)
+                await Harness(client, queue, fakes).run(
+                    request, refs=[MessageRef("m-1", queue), MessageRef("m-2", queue)]
+                )
+        execution = [w async for w in client.list_workflows(f'TaskQueue="{queue}"')][0]
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        (HISTORIES / f"{name}.json").write_text(history.to_json())
+        print(name, len(history.events), "events")
+
+
+if __name__ == "__main__":
+    asyncio.run(record())

@@ -1,0 +1,31 @@
+"""Recorded histories must replay against the current workflow code (catches non-deterministic edits).
+
+The histories in ``histories/`` were recorded from real runs on the dev server. When a change to the workflow
+makes this test fail, the change would break workflows already running in production: guard it with
+``workflow.patched()`` instead of re-recording (``python -m tests.workflow.record_histories``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from workflows.ledger_deletion import LedgerDeletionWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_recorded_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(f"recorded-{path.stem}", path.read_text())
+    result = await Replayer(workflows=[LedgerDeletionWorkflow]).replay_workflow(
+        history, raise_on_replay_failure=False
+    )
+    assert result.replay_failure is None, result.replay_failure
+
+
+def test_histories_were_recorded() -> None:
+    assert {p.stem for p in HISTORIES} >= {"deleted", "in_use_then_deleted", "dead_lettered", "offloaded"}
