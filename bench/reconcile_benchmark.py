@@ -72,9 +72,16 @@ def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> list
             )
         )
         argv = [
-            shutil.which("java") or "java", f"-Xmx{zk_heap}", "-XX:+UseParallelGC",
-            "-Djava.net.preferIPv4Stack=true", "-Djute.maxbuffer=8388608", "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp", f"{ZK_JAR}:{SLF4J_JAR}", "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg),
+            shutil.which("java") or "java",
+            f"-Xmx{zk_heap}",
+            "-XX:+UseParallelGC",
+            "-Djava.net.preferIPv4Stack=true",
+            "-Djute.maxbuffer=8388608",
+            "-Dzookeeper.jmx.log4j.disable=true",
+            "-cp",
+            f"{ZK_JAR}:{SLF4J_JAR}",
+            "org.apache.zookeeper.server.ZooKeeperServerMain",
+            str(cfg),
         ]
         with open(state / "zk.log", "ab") as log:
             pids.append(subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True).pid)
@@ -95,8 +102,12 @@ def s3_client(endpoint: str) -> Any:
     from botocore.config import Config
 
     return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test",
-        aws_secret_access_key="test", config=Config(max_pool_connections=64),
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(max_pool_connections=64),
     )
 
 
@@ -122,7 +133,12 @@ def generate(state: Path, size: int, zookeeper: str, s3_endpoint: str, regenerat
             zk.stop()
             zk.close()
     tag = uuid.uuid4().hex[:8]
-    entry = {"size": size, "chroot": f"/bench-{size}-{tag}", "bucket": f"bench-{size}-{tag}", "complete": False}
+    entry = {
+        "size": size,
+        "chroot": f"/bench-{size}-{tag}",
+        "bucket": f"bench-{size}-{tag}",
+        "complete": False,
+    }
     spec = spec_for(size, entry["bucket"])
     started = time.monotonic()
     plan = plan_cluster(spec)
@@ -165,7 +181,9 @@ def load_truth(state: Path, size: int) -> GroundTruth:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="1000,100000", help="comma-separated ledger counts")
     parser.add_argument("--state-dir", default="/tmp/reconcile-bench", type=Path)
     parser.add_argument("--zookeeper", default="", help="use this ZooKeeper instead of starting one")

@@ -107,18 +107,17 @@ def submit(
 
 @app.command()
 def demo(
-    keep_running: Annotated[
-        bool, typer.Option(help="Leave the stack running afterwards (it always is left up).")
-    ] = True,
     grace_seconds: Annotated[
         float, typer.Option(help="In-use re-check interval used by the demo (production default 60 s).")
     ] = 3.0,
 ) -> None:
     """The main job on the embedded stack: build a small Pulsar cluster, trim it the way PIP-186's mark
-    phase does, run every pool, wait until every request is done, and print what happened to each ledger."""
+    phase does, run every pool, wait until every request is done, and print what happened to each ledger.
+
+    Starts the stack if needed (and leaves it running; `ledger-deletion stack down` stops it). Exit code 0
+    only when every outcome and the state of ZooKeeper and S3 are exactly as the scenario expects."""
     from ledger_deletion.demo import run_demo
 
-    del keep_running
     raise typer.Exit(run_demo(console, grace_seconds=grace_seconds))
 
 

@@ -1,4 +1,4 @@
-"""Extract: a parallel, restartable snapshot of BookKeeper, Pulsar metadata and the offload bucket(s) as Parquet.
+"""Extract: a parallel, restartable snapshot of BookKeeper, Pulsar metadata and offload buckets as Parquet.
 
 Four tables, each a directory of Parquet part files (one per work unit) under the extract directory:
 
@@ -104,7 +104,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     REFERENCES: pa.schema(
-        [("ledger_id", pa.int64()), ("kind", pa.string()), ("owner", pa.string()), ("cursor_name", pa.string())]
+        [
+            ("ledger_id", pa.int64()),
+            ("kind", pa.string()),
+            ("owner", pa.string()),
+            ("cursor_name", pa.string()),
+        ]
     ),
     OFFLOAD_CONTEXTS: pa.schema(
         [
@@ -117,7 +122,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
     OFFLOAD_OBJECTS: pa.schema(
-        [("bucket", pa.string()), ("key", pa.string()), ("size", pa.int64()), ("last_modified_ms", pa.int64())]
+        [
+            ("bucket", pa.string()),
+            ("key", pa.string()),
+            ("size", pa.int64()),
+            ("last_modified_ms", pa.int64()),
+        ]
     ),
 }
 
@@ -178,7 +188,9 @@ def _zk(config: ExtractConfig) -> Any:
         from kazoo.client import KazooClient
 
         auth = [("digest", config.zk_auth_digest)] if config.zk_auth_digest else None
-        client = KazooClient(hosts=config.zookeeper, timeout=config.zk_timeout, auth_data=auth, read_only=True)
+        client = KazooClient(
+            hosts=config.zookeeper, timeout=config.zk_timeout, auth_data=auth, read_only=True
+        )
         client.start(timeout=config.zk_timeout)
         _clients[config.zookeeper] = client
     return client
@@ -284,8 +296,19 @@ def scan_bk_unit(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
         try:
             md = parse_ledger_metadata(data)
         except MetadataFormatError as exc:
-            for name in ("format_version", "application", "component", "managed_ledger", "cursor_name",
-                         "schema_id", "compacted_topic", "custom", "length", "state", "md_ctime_ms"):
+            for name in (
+                "format_version",
+                "application",
+                "component",
+                "managed_ledger",
+                "cursor_name",
+                "schema_id",
+                "compacted_topic",
+                "custom",
+                "length",
+                "state",
+                "md_ctime_ms",
+            ):
                 cols[name].append(None)
             cols["parse_error"].append(str(exc)[:300])
             continue
@@ -311,7 +334,7 @@ def scan_bk_unit(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
 
 
 def list_reference_units(config: ExtractConfig) -> list[Unit]:
-    """``.../persistent`` directories of the managed-ledger tree (V2 depth 3, V1 depth 4) and schema namespaces."""
+    """``.../persistent`` dirs of the managed-ledger tree (V2 depth 3, V1 depth 4), schema namespaces."""
     zk = _zk(config)
     units: list[Unit] = []
     ml_root = config.managed_ledgers_root.rstrip("/")
@@ -379,12 +402,26 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
                 oc = li.offloadContext
                 default_bucket = _driver_bucket(oc.driverMetadata) if oc.HasField("driverMetadata") else None
                 if oc.uidMsb or oc.uidLsb:
-                    _ctx(ctxs, li.ledgerId, offload_uuid(oc.uidMsb, oc.uidLsb), "ledger", ml_name,
-                         default_bucket, oc.complete)
+                    _ctx(
+                        ctxs,
+                        li.ledgerId,
+                        offload_uuid(oc.uidMsb, oc.uidLsb),
+                        "ledger",
+                        ml_name,
+                        default_bucket,
+                        oc.complete,
+                    )
                 for seg in oc.offloadSegment:
                     bucket = _driver_bucket(seg.driverMetadata) if seg.HasField("driverMetadata") else None
-                    _ctx(ctxs, li.ledgerId, offload_uuid(seg.uidMsb, seg.uidLsb), "segment", ml_name,
-                         bucket or default_bucket, seg.complete)
+                    _ctx(
+                        ctxs,
+                        li.ledgerId,
+                        offload_uuid(seg.uidMsb, seg.uidLsb),
+                        "segment",
+                        ml_name,
+                        bucket or default_bucket,
+                        seg.complete,
+                    )
         if info.HasField("terminatedPosition"):
             ref(info.terminatedPosition.ledgerId, "terminated", ml_name)
     for cursor_path, data, _ in _get_many(zk, cursor_paths):
@@ -418,8 +455,15 @@ def _driver_bucket(driver: Any) -> str | None:
     return None
 
 
-def _ctx(cols: dict[str, list[Any]], ledger_id: int, uid: str, variant: str, ml_name: str,
-         bucket: str | None, complete: bool) -> None:
+def _ctx(
+    cols: dict[str, list[Any]],
+    ledger_id: int,
+    uid: str,
+    variant: str,
+    ml_name: str,
+    bucket: str | None,
+    complete: bool,
+) -> None:
     cols["ledger_id"].append(ledger_id)
     cols["uuid"].append(uid)
     cols["variant"].append(variant)
@@ -502,7 +546,7 @@ def _write_part(directory: Path, table: str, part: str, cols: dict[str, list[Any
     tmp = out / f".{part}.tmp-{os.getpid()}"
     pq.write_table(arrow, tmp, compression="zstd")
     os.replace(tmp, out / part)
-    return arrow.num_rows
+    return int(arrow.num_rows)
 
 
 def run_unit(config: ExtractConfig, unit: Unit, directory: str) -> dict[str, int]:
@@ -581,7 +625,7 @@ def _clear(path: Path) -> None:
 
 
 def spark_scan_bk_ledgers(spark: Any, config: ExtractConfig, units: Iterable[Unit]) -> Any:
-    """The BK ledger scan as Spark tasks (one task per prefix unit) -> DataFrame of the ``bk_ledgers`` table."""
+    """The BK ledger scan as Spark tasks (one task per prefix unit) -> a ``bk_ledgers`` DataFrame."""
     from reconcile.transform import BK_LEDGERS_SCHEMA
 
     keys = [u.key for u in units]
@@ -592,8 +636,10 @@ def spark_scan_bk_ledgers(spark: Any, config: ExtractConfig, units: Iterable[Uni
             cols = scan_bk_unit(config, key)
             for row in zip(*(cols[n] for n in names), strict=True):
                 custom = row[names.index("custom")]
-                yield tuple(dict(custom) if n == "custom" and custom is not None else v
-                            for n, v in zip(names, row, strict=True))
+                yield tuple(
+                    dict(custom) if n == "custom" and custom is not None else v
+                    for n, v in zip(names, row, strict=True)
+                )
 
     rdd = spark.sparkContext.parallelize(keys, max(1, len(keys))).mapPartitions(scan)
     return spark.createDataFrame(rdd, BK_LEDGERS_SCHEMA)

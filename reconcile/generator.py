@@ -1,8 +1,8 @@
 """A synthetic Pulsar cluster of realistic shape, with a known set of orphans of every kind, at any size.
 
-:func:`plan_cluster` is pure: from a :class:`ClusterSpec` it builds every znode and object the cluster consists
-of (bytes made with the project's own encoders, exactly as a broker and BookKeeper write them) together with
-the :class:`GroundTruth` of what the reconcile job must find. :func:`write_plan` then writes the plan into a
+:func:`plan_cluster` is pure: from a :class:`ClusterSpec` it builds every znode and object the cluster
+consists of (bytes made with the project's own encoders, exactly as a broker and BookKeeper write them)
+together with the :class:`GroundTruth` of what the reconcile job must find. :func:`write_plan` then writes the plan into a
 real ZooKeeper and S3 fast enough for 1,000,000 ledgers: ZooKeeper creates are batched into ``multi``
 transactions that are pipelined (many in flight on one session), objects are put from a thread pool.
 
@@ -163,7 +163,9 @@ class _Planner:
     def uuid(self) -> str:
         return str(uuid.UUID(int=self.rnd.getrandbits(128), version=4))
 
-    def ledger(self, ledger_id: int, custom: dict[str, str], *, state: str = "CLOSED", version: int = 3) -> int:
+    def ledger(
+        self, ledger_id: int, custom: dict[str, str], *, state: str = "CLOSED", version: int = 3
+    ) -> int:
         closed = state == "CLOSED"
         entries = self.rnd.randint(1, 5000) if closed else 0
         length = entries * self.rnd.randint(200, 2000) if closed else 0
@@ -215,14 +217,23 @@ class _Planner:
                 ctx.complete = True
                 ctx.timestamp = li.timestamp + 60_000
                 ctx.driverMetadata.name = OFFLOAD_DRIVER
-                for key, value in (("bucket", self.spec.bucket), ("region", "us-east-1"),
-                                   ("managedLedgerOffloadDriver", "AWS_S3"), ("serviceEndpoint", "")):
+                for key, value in (
+                    ("bucket", self.spec.bucket),
+                    ("region", "us-east-1"),
+                    ("managedLedgerOffloadDriver", "AWS_S3"),
+                    ("serviceEndpoint", ""),
+                ):
                     ctx.driverMetadata.properties.add(key=key, value=value)
                 if rnd.random() < 0.15:  # streaming offload: one segment, keys <uuid>, <uuid>-index
                     seg_uuid = self.uuid()
                     msb, lsb = java_uuid_parts(seg_uuid)
-                    ctx.offloadSegment.add(uidMsb=msb, uidLsb=lsb, complete=True,
-                                           assignedTimestamp=li.timestamp, offloadedTimestamp=ctx.timestamp)
+                    ctx.offloadSegment.add(
+                        uidMsb=msb,
+                        uidLsb=lsb,
+                        complete=True,
+                        assignedTimestamp=li.timestamp,
+                        offloadedTimestamp=ctx.timestamp,
+                    )
                     self.objects_for(segment_object_keys(seg_uuid), ml_name)
                 else:
                     off_uuid = self.uuid()
@@ -231,7 +242,9 @@ class _Planner:
                 bk_deleted = rnd.random() < 0.5  # past managedLedgerOffloadDeletionLagMs
                 ctx.bookkeeperDeleted = bk_deleted
             if not bk_deleted:
-                self.ledger(ledger_id, managed_ledger_custom_metadata(ml_name), state="OPEN" if last else "CLOSED")
+                self.ledger(
+                    ledger_id, managed_ledger_custom_metadata(ml_name), state="OPEN" if last else "CLOSED"
+                )
         self.plan.truth.referenced.update(data_ids)
         self.plan.managed_ledgers.append((ml_name, serialize_managed_ledger_info(info)))
         # cursors
@@ -241,17 +254,27 @@ class _Planner:
             if rnd.random() < 0.2:  # position kept inline in the metadata store
                 cursor_ledger = -1
             else:
-                cursor_ledger = self.ledger(self.ids.new(), cursor_custom_metadata(ml_name, cursor), state="OPEN")
+                cursor_ledger = self.ledger(
+                    self.ids.new(), cursor_custom_metadata(ml_name, cursor), state="OPEN"
+                )
                 self.plan.truth.referenced.add(cursor_ledger)
-            ci = ManagedCursorInfo(cursorsLedgerId=cursor_ledger, markDeleteLedgerId=mark, markDeleteEntryId=5,
-                                   lastActive=self.now_ms)
+            ci = ManagedCursorInfo(
+                cursorsLedgerId=cursor_ledger,
+                markDeleteLedgerId=mark,
+                markDeleteEntryId=5,
+                lastActive=self.now_ms,
+            )
             self.plan.cursors.append((ml_name, cursor, serialize_managed_cursor_info(ci)))
         if compacted:
             topic = "persistent://" + ml_name.replace("/persistent/", "/")
             compacted_id = self.ledger(
                 self.ids.new(),
-                {"application": "pulsar", "component": "compacted-ledger", "pulsar/compactedTopic": topic,
-                 "pulsar/compactedTo": "\x08\x01\x10\x02"},
+                {
+                    "application": "pulsar",
+                    "component": "compacted-ledger",
+                    "pulsar/compactedTopic": topic,
+                    "pulsar/compactedTo": "\x08\x01\x10\x02",
+                },
             )
             self.plan.truth.referenced.add(compacted_id)
             ci = ManagedCursorInfo(cursorsLedgerId=-1, markDeleteLedgerId=data_ids[-1], markDeleteEntryId=0)
@@ -295,13 +318,16 @@ class _Planner:
         topic = self.rnd.choice(self.topics)
         ledger_id = self.ledger(
             self.ids.new(),
-            {"application": "pulsar", "component": "compacted-ledger",
-             "pulsar/compactedTopic": "persistent://" + topic.ml_name.replace("/persistent/", "/")},
+            {
+                "application": "pulsar",
+                "component": "compacted-ledger",
+                "pulsar/compactedTopic": "persistent://" + topic.ml_name.replace("/persistent/", "/"),
+            },
         )
         self.plan.truth.report_only_ledgers.add(ledger_id)
 
     def deleted_topic(self, tenant: str, namespace: str) -> None:
-        """A topic deleted while BK/S3 deletes failed: its ledgers, cursor ledger and offloaded data remain."""
+        """A topic deleted while BK/S3 deletes failed: its ledgers, cursor ledger, offloaded data remain."""
         ml_name = f"{tenant}/{namespace}/persistent/deleted-{self.rnd.getrandbits(32):08x}"
         for _ in range(self.rnd.randint(1, 3)):
             ledger_id = self.ledger(self.ids.new(), managed_ledger_custom_metadata(ml_name))
@@ -414,7 +440,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
 
 
 def plan_young_orphans(spec: ClusterSpec, plan: ClusterPlan) -> ClusterPlan:
-    """Orphans written after the cut-off, plus a rewrite of an old OPEN orphan (fresh mtime): never candidates.
+    """Orphans written after the cut-off, and a rewrite of an old OPEN orphan (fresh mtime): no candidates.
 
     Ids continue after the ones ``plan`` used (with a gap), so both plans can be written into one cluster.
     """
@@ -423,7 +449,8 @@ def plan_young_orphans(spec: ClusterSpec, plan: ClusterPlan) -> ClusterPlan:
         ledgers=0,
         seed=spec.seed + 1,
         first_ledger_id=max(i for i in used if i < _LONG_ID_BASE) + 1000,
-        first_long_ledger_id=max((i for i in used if i >= _LONG_ID_BASE), default=spec.first_long_ledger_id) + 1000,
+        first_long_ledger_id=max((i for i in used if i >= _LONG_ID_BASE), default=spec.first_long_ledger_id)
+        + 1000,
         bucket=spec.bucket,
         now_ms=spec.now_ms,
     )
@@ -465,8 +492,15 @@ class WriteStats:
     seconds: float = 0.0
 
 
-SPECIAL_BK_ZNODES = ("LAYOUT", "INSTANCEID", "available/readonly", "cookies", "underreplication/ledgers",
-                     "idgen", "idgen-long")
+SPECIAL_BK_ZNODES = (
+    "LAYOUT",
+    "INSTANCEID",
+    "available/readonly",
+    "cookies",
+    "underreplication/ledgers",
+    "idgen",
+    "idgen-long",
+)
 
 
 def write_plan(
@@ -578,7 +612,10 @@ def _create_all(
 
 
 def _put_all(
-    s3: Any, bucket: str, objects: Sequence[tuple[str, int, dict[str, str]]], threads: int,
+    s3: Any,
+    bucket: str,
+    objects: Sequence[tuple[str, int, dict[str, str]]],
+    threads: int,
     done: Callable[[int], None],
 ) -> int:
     body_cache: dict[int, bytes] = {}

@@ -17,7 +17,13 @@ from rich.table import Table
 __all__ = ["ReportRow", "human_bytes", "render_chart", "render_table", "rows_from_summary", "totals"]
 
 COMPONENTS = ("data", "cursor", "schema", "compacted", "unknown")
-_COLORS = {"data": "#4C78A8", "cursor": "#F58518", "schema": "#54A24B", "compacted": "#B279A2", "unknown": "#9D9D9D"}
+_COLORS = {
+    "data": "#4C78A8",
+    "cursor": "#F58518",
+    "schema": "#54A24B",
+    "compacted": "#B279A2",
+    "unknown": "#9D9D9D",
+}
 
 
 @dataclass(frozen=True)

@@ -110,9 +110,25 @@ OFFLOAD_OWNERS_SCHEMA = StructType(
 )
 
 FINDINGS_COLUMNS = (
-    "storage", "ledger_id", "component", "ledger_component", "ledger_type", "topic_name", "tenant",
-    "namespace", "managed_ledger", "cursor_name", "schema_id", "bucket", "uuid", "variant", "keys", "bytes",
-    "created_ms", "status", "reason",
+    "storage",
+    "ledger_id",
+    "component",
+    "ledger_component",
+    "ledger_type",
+    "topic_name",
+    "tenant",
+    "namespace",
+    "managed_ledger",
+    "cursor_name",
+    "schema_id",
+    "bucket",
+    "uuid",
+    "variant",
+    "keys",
+    "bytes",
+    "created_ms",
+    "status",
+    "reason",
 )
 
 _UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
@@ -144,7 +160,7 @@ def referenced_ids(references: DataFrame, contexts: DataFrame) -> DataFrame:
 
 
 def unreadable_owners(references: DataFrame) -> DataFrame:
-    """Owners (managed-ledger names, schema ids) whose metadata record did not decode (``owner``, distinct)."""
+    """Owners (managed-ledger names, schema ids) whose metadata did not decode (``owner``, distinct)."""
     return references.where(F.col("kind") == "unreadable").select("owner").distinct()
 
 
@@ -165,7 +181,7 @@ def _with_tenant(df: DataFrame) -> DataFrame:
 
 
 def classify_bk_ledgers(bk: DataFrame) -> DataFrame:
-    """Add ``component`` (data | cursor | schema | compacted | unknown), ``topic_name``, ``tenant``, ``namespace``.
+    """Add ``component`` (data|cursor|schema|compacted|unknown), ``topic_name``, ``tenant``, ``namespace``.
 
     Tags come from the Pulsar custom metadata; the older un-prefixed keys (``psr/managed-ledger``,
     ``psr/cursor``, ``schemaId``, ``compactedTopic``) are read when the current ones are absent.
@@ -202,7 +218,9 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
     """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
     unref = bk.join(referenced_ids(references, contexts), "ledger_id", "left_anti")
     df = classify_bk_ledgers(unref)
-    bad_owners = unreadable_owners(references).select(F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad"))
+    bad_owners = unreadable_owners(references).select(
+        F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad")
+    )
     owner_key = F.coalesce(F.col("managed_ledger"), F.col("schema_id"))
     df = df.join(bad_owners, owner_key == F.col("_bad_owner"), "left")
     created = F.greatest(F.col("ctime_ms"), F.coalesce(F.col("md_ctime_ms"), F.col("ctime_ms")))
@@ -215,7 +233,10 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
             (app != "pulsar", "not-pulsar"),
             (F.col("_bad").isNotNull(), "owner-metadata-unreadable"),
             (created >= F.lit(cutoff_ms), "too-young"),
-            ((F.col("state") != "CLOSED") & (F.col("mtime_ms") >= F.lit(cutoff_ms)), "open-recently-modified"),
+            (
+                (F.col("state") != "CLOSED") & (F.col("mtime_ms") >= F.lit(cutoff_ms)),
+                "open-recently-modified",
+            ),
             (component == "unknown", "unknown-component"),
             (F.col("topic_name").isNull(), "owner-unknown"),
             (component == "compacted", "compacted-ledger-has-no-request-type"),
@@ -273,9 +294,7 @@ def parse_object_keys(objects: DataFrame) -> DataFrame:
                 is_segment, F.regexp_extract(key, _SEGMENT_KEY, 1)
             ),
         )
-        .withColumn(
-            "ledger_id", F.when(is_ledger, F.regexp_extract(key, _LEDGER_KEY, 2).cast(LongType()))
-        )
+        .withColumn("ledger_id", F.when(is_ledger, F.regexp_extract(key, _LEDGER_KEY, 2).cast(LongType())))
     )
 
 
@@ -291,7 +310,9 @@ def offload_findings(
     parsed = parse_object_keys(objects)
     ctx_pairs = contexts.select("uuid", "ledger_id").distinct()
     ctx_uuids = contexts.select("uuid").distinct()
-    ledger_objs = parsed.where(F.col("variant") == "ledger").join(ctx_pairs, ["uuid", "ledger_id"], "left_anti")
+    ledger_objs = parsed.where(F.col("variant") == "ledger").join(
+        ctx_pairs, ["uuid", "ledger_id"], "left_anti"
+    )
     segment_objs = parsed.where(F.col("variant") == "segment").join(ctx_uuids, ["uuid"], "left_anti")
     other = parsed.where(F.col("variant").isNull()).withColumn("uuid", F.col("key"))
     unref = ledger_objs.unionByName(segment_objs).unionByName(other)
@@ -356,8 +377,10 @@ def attach_offload_owners(findings: DataFrame, owners: DataFrame, bk: DataFrame)
         F.col("ledger_id").alias("_o_ledger"),
         F.col("managed_ledger").alias("_o_ml"),
     )
-    bk_owner = classify_bk_ledgers(bk).where(F.col("component") == "data").select(
-        F.col("ledger_id").alias("_b_ledger"), F.col("managed_ledger").alias("_b_ml")
+    bk_owner = (
+        classify_bk_ledgers(bk)
+        .where(F.col("component") == "data")
+        .select(F.col("ledger_id").alias("_b_ledger"), F.col("managed_ledger").alias("_b_ml"))
     )
     is_offload = F.col("storage") == "offload"
     joined = findings.join(
@@ -374,9 +397,9 @@ def attach_offload_owners(findings: DataFrame, owners: DataFrame, bk: DataFrame)
     )
     df = _with_tenant(df.drop("tenant", "namespace"))
     unknown = is_offload & (F.col("status") == CANDIDATE) & F.col("topic_name").isNull()
-    df = df.withColumn("reason", F.when(unknown, F.lit("owner-unknown")).otherwise(F.col("reason"))).withColumn(
-        "status", F.when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status"))
-    )
+    df = df.withColumn(
+        "reason", F.when(unknown, F.lit("owner-unknown")).otherwise(F.col("reason"))
+    ).withColumn("status", F.when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status")))
     return df.select(*FINDINGS_COLUMNS)
 
 

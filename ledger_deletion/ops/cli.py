@@ -18,8 +18,12 @@ from rich.table import Table
 
 from ledger_deletion.settings import Settings, load_settings
 
-console = Console()
 errors = Console(stderr=True)
+
+
+def _console() -> Console:
+    # Made per command, so the width follows COLUMNS at call time (tables are wide; pipes default to 80).
+    return Console()
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of a table.")]
 
@@ -103,8 +107,8 @@ def list_deletions(
             row.outcome,
             _age(row.started),
         )
-    console.print(table)
-    console.print(f"[dim]query: {query}[/dim]", soft_wrap=True)
+    _console().print(table)
+    _console().print(f"[dim]query: {query}[/dim]", soft_wrap=True)
 
 
 # --- show ------------------------------------------------------------------------------------------------
@@ -145,23 +149,23 @@ def show(
         return
     for detail in details:
         row = detail.row
-        console.rule(f"[bold]{row.workflow_id}[/bold]")
-        console.print(detail.summary or "")
-        console.print(
+        _console().rule(f"[bold]{row.workflow_id}[/bold]")
+        _console().print(detail.summary or "")
+        _console().print(
             f"status [bold]{row.status}[/bold]  outcome [bold]{row.outcome or '-'}[/bold]  step {row.step}  "
             f"tenant {row.tenant}  started {_age(row.started)}  messages joined {detail.messages}"
         )
         if detail.result:
             result = detail.result
-            console.print(
+            _console().print(
                 f"result: {result.get('outcome')} {result.get('reason') or ''}  "
                 f"acked {result.get('messages_acked')}"
             )
         if detail.failure:
-            console.print(f"[red]failure:[/red] {detail.failure}")
+            _console().print(f"[red]failure:[/red] {detail.failure}")
         if detail.status:
             s = detail.status
-            console.print(
+            _console().print(
                 f"live: step {s.step}, attempts {s.attempts}, messages {s.messages_collected} "
                 f"(acked {s.messages_acked}) {('last error: ' + s.last_error) if s.last_error else ''}"
             )
@@ -177,7 +181,7 @@ def show(
                 step.scheduled.strftime("%H:%M:%S.%f")[:-3] if step.scheduled else "",
                 step.error,
             )
-        console.print(table)
+        _console().print(table)
 
 
 # --- inflight --------------------------------------------------------------------------------------------
@@ -230,15 +234,15 @@ def inflight(
             str(entry.estimate),
         )
     table.add_row("[bold]total[/bold]", "", "", f"[bold]{report.total}[/bold]")
-    console.print(table)
+    _console().print(table)
     if report.backlog_error:
-        console.print(f"[yellow]{report.backlog_error}[/yellow] (running workflows only)")
+        _console().print(f"[yellow]{report.backlog_error}[/yellow] (running workflows only)")
     else:
-        console.print(f"[dim]backlog from {report.backlog_source}[/dim]")
+        _console().print(f"[dim]backlog from {report.backlog_source}[/dim]")
     if report.held_by_pulsar_pools is not None:
-        console.print(f"held unacked by pulsar pools: {report.held_by_pulsar_pools}")
+        _console().print(f"held unacked by pulsar pools: {report.held_by_pulsar_pools}")
     if report.held_error:
-        console.print(f"[yellow]{report.held_error}[/yellow]")
+        _console().print(f"[yellow]{report.held_error}[/yellow]")
     if wait and report.total:
         raise typer.Exit(1)
 
@@ -296,7 +300,7 @@ def dlq_list(
             d.reason,
             d.workflow_id,
         )
-    console.print(table)
+    _console().print(table)
 
 
 @dlq_app.command("replay")
@@ -337,9 +341,9 @@ def dlq_replay(
     else:
         verb = "would replay" if dry_run else "replayed"
         count = len(report.selected) if dry_run else len(report.replayed)
-        console.print(f"{verb} {count} dead letter(s) to {settings.topic}")
+        _console().print(f"{verb} {count} dead letter(s) to {settings.topic}")
         for letter, error in report.failed:
-            console.print(f"[red]failed[/red] {letter.message_id} (ledger {letter.ledger_id}): {error}")
+            _console().print(f"[red]failed[/red] {letter.message_id} (ledger {letter.ledger_id}): {error}")
     if report.failed:
         raise typer.Exit(1)
 

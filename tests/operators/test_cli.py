@@ -1,4 +1,4 @@
-"""The operator CLI on the embedded stack: list/show/inflight by tenant, dlq list and replay (items 2 and 7)."""
+"""The operator CLI on the embedded stack: list/show/inflight by tenant, dlq list and replay (items 2, 7)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.stack
 
 async def cli(*args: str) -> Any:
     """Run a command in a thread (it calls asyncio.run) while this loop keeps the pools running."""
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args))
+    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env={"COLUMNS": "250"})
     assert result.exit_code == 0, (args, result.output, result.exception)
     return result
 

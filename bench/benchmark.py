@@ -1,0 +1,731 @@
+"""Throughput benchmark: the deletion service (A) against the PIP-186 consumer (B) and the orchestration limit (C).
+
+    python bench/benchmark.py --n 1000
+
+One run on the embedded stack (its own ports and state dir, so tests sharing the default stack are not
+disturbed, and their load does not land on our Temporal server):
+
+* **A, max rate** — seeds N requests of a realistic mix (``bench/mix.py``), starts each pool as its own
+  ``ledger-deletion worker --pool X`` process, publishes the N requests and waits until every workflow closed
+  (a workflow closes only after it acked its messages). Deletions/s from first publish to last close; history
+  events per deletion from the workflows' history lengths; CPU seconds and peak RSS (VmHWM) per process from
+  /proc, the stack's servers included.
+* **A, half rate** — another set published at half the measured maximum rate: p50/p95/p99 publish → close
+  (= ack) latency, in-use requests (which wait out their grace timer by design) left out.
+* **B** — ``bench/pip186_consumer.py`` in its own process on the same mix.
+* **C** — ``TrivialWorkflow`` with as many no-op activities as A ran per deletion on average, started N times
+  (32 concurrent starts, as the ingest loop does) on the same server.
+* **faults** — A and B again with ``--fault-rate`` (20 %) transient failures injected in the delete steps
+  (``bench/faults.py``): time to drain.
+
+The last line is ``A/B=<ratio> A/C=<ratio> events_per_deletion=<n> p99_ms=<n>``. Results also go to
+``bench/results/<utc time>.json``. This is not a test: numbers depend on the machine and on what else runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
+from temporalio.service import RPCError  # noqa: E402
+
+from bench.faults import FAULT_RATE_ENV  # noqa: E402
+from bench.mix import Seeded, seed  # noqa: E402
+from bench.trivial import TRIVIAL_WORKFLOW  # noqa: E402
+from devstack.cluster import SimulatedCluster  # noqa: E402
+from devstack.stack import SERVICES, Stack, StackEndpoints, StackPorts  # noqa: E402
+from ledger_deletion import search_attributes as sa  # noqa: E402
+from ledger_deletion.contracts import Outcome  # noqa: E402
+from ledger_deletion.settings import Settings  # noqa: E402
+from ledger_deletion.submit import RequestPublisher  # noqa: E402
+
+BENCH_PORTS = StackPorts(
+    temporal=23233, temporal_ui=23234, pulsar=23650, zookeeper=23181, s3=23900, admin=23080, admin_owner=23081
+)
+VENV_BIN = Path(sys.executable).parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+POOL_NAMES = ("workflow", "pulsar", "bookkeeper", "offload")
+
+
+# --- processes and /proc ---------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    cpu_start: float = 0.0
+    cpu_s: float = 0.0
+    rss_mb: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def mark(self) -> None:
+        self.cpu_start = cpu_seconds(self.pid)
+
+    def sample(self) -> None:
+        self.cpu_s = cpu_seconds(self.pid) - self.cpu_start
+        self.rss_mb = max(self.rss_mb, peak_rss_mb(self.pid))
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Proc:
+    log = logs / f"{name}.log"
+    out = open(log, "wb")  # noqa: SIM115 - the child writes to it for its whole life
+    popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    out.close()
+    return Proc(name, popen, log)
+
+
+def wait_for_line(proc: Proc, text: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in proc.log.read_text(errors="replace"):
+            return
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}); see {proc.log}")
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name} not ready in {timeout} s; see {proc.log}")
+
+
+@dataclass
+class StackProcs:
+    """The stack's server processes (for CPU per phase)."""
+
+    pids: dict[str, int]
+    start: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stack: Stack) -> StackProcs:
+        pids = {}
+        for service in SERVICES:
+            with contextlib.suppress(OSError, ValueError):
+                pids[service] = int((stack.state_dir / "run" / f"{service}.pid").read_text())
+        return cls(pids)
+
+    def mark(self) -> None:
+        self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    def cpu(self) -> dict[str, float]:
+        return {name: round(cpu_seconds(pid) - self.start.get(name, 0), 1) for name, pid in self.pids.items()}
+
+
+# --- the run's configuration -----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    endpoints: StackEndpoints
+    run_id: str
+    logs: Path
+    cluster: SimulatedCluster
+    client: Client
+    base_env: dict[str, str]
+
+    def settings_env(self, phase: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        env = {
+            **self.base_env,
+            "LEDGER_DELETION_TOPIC": self.topic(phase),
+            "LEDGER_DELETION_TASK_QUEUE_PREFIX": self.prefix(phase),
+            "LEDGER_DELETION_METRICS_PORT": "0",
+            "LEDGER_DELETION_TEMPORAL_METRICS_PORT": "0",
+            # The in-use grace is 3 × 60 s in production; one short re-check keeps in-use requests in the mix
+            # without making the run wait minutes for them.
+            "LEDGER_DELETION_IN_USE_RECHECKS": "1",
+            "LEDGER_DELETION_IN_USE_RECHECK_SECONDS": "1",
+            "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "2",
+        }
+        return {**env, **(extra or {})}
+
+    def topic(self, phase: str) -> str:
+        return f"persistent://pulsar/system/__ledger_deletion_bench_{self.run_id}_{phase}"
+
+    def prefix(self, phase: str) -> str:
+        return f"ldb-{self.run_id}-{phase}"
+
+    def settings(self, phase: str) -> Settings:
+        ep = self.endpoints
+        return Settings(
+            temporal_address=ep.temporal_address,
+            pulsar_url=ep.pulsar_url,
+            pulsar_admin_url=ep.pulsar_admin_url,
+            zookeeper=ep.zookeeper,
+            s3_endpoint=ep.s3_endpoint,
+            offload_bucket=ep.offload_bucket,
+            topic=self.topic(phase),
+            task_queue_prefix=self.prefix(phase),
+        )
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[index]
+
+
+# --- publishing ------------------------------------------------------------------------------------------
+
+
+def publish(settings: Settings, seeded: Seeded, rate: float | None = None) -> dict[str, float]:
+    """Publish every request (at ``rate`` per second, or as fast as possible); workflow id → publish time."""
+    times: dict[str, float] = {}
+    with RequestPublisher(settings) as publisher:
+        began = time.monotonic()
+        for index, request in enumerate(seeded.requests):
+            if rate:
+                delay = began + index / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            times.setdefault(request.workflow_id, time.time())
+            publisher.publish(request)
+    return times
+
+
+def publish_in_background(
+    settings: Settings, seeded: Seeded, rate: float | None = None
+) -> Callable[[], dict[str, float]]:
+    result: dict[str, dict[str, float]] = {}
+    thread = threading.Thread(
+        target=lambda: result.setdefault("t", publish(settings, seeded, rate)), daemon=True
+    )
+    thread.start()
+
+    def join() -> dict[str, float]:
+        thread.join()
+        return result["t"]
+
+    return join
+
+
+# --- A: the service --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Closed:
+    workflow_id: str
+    close: float
+    events: int
+    outcome: str
+
+
+async def wait_closed(client: Client, task_queue: str, count: int, timeout: float, what: str) -> None:
+    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus != "Running"'
+    deadline = time.monotonic() + timeout
+    last, last_change = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        try:
+            closed = (await client.count_workflows(query)).count
+        except RPCError as exc:
+            print(f"  count failed: {exc}", flush=True)
+            closed = last
+        if closed >= count:
+            return
+        if closed != last:
+            last, last_change = closed, time.monotonic()
+            print(f"  {what}: {closed}/{count} closed", flush=True)
+        await asyncio.sleep(1.0)
+    raise TimeoutError(f"{what}: only {last}/{count} closed after {timeout} s")
+
+
+async def closed_workflows(client: Client, task_queue: str) -> list[Closed]:
+    out: list[Closed] = []
+    async for wf in client.list_workflows(f'TaskQueue = "{task_queue}"', page_size=1000):
+        if wf.close_time is None:
+            continue
+        if wf.status is WorkflowExecutionStatus.COMPLETED:
+            outcome = wf.typed_search_attributes.get(sa.DELETION_OUTCOME) or "?"
+        else:
+            outcome = wf.status.name if wf.status else "?"
+        out.append(Closed(wf.id, wf.close_time.timestamp(), wf.history_length, str(outcome)))
+    return out
+
+
+async def history_sample(client: Client, ids: Iterable[str]) -> tuple[float, Counter[str]]:
+    """Mean activities scheduled per workflow, and the event types of the histories sampled."""
+    kinds: Counter[str] = Counter()
+    activities = []
+    for workflow_id in ids:
+        history = await client.get_workflow_handle(workflow_id).fetch_history()
+        names = [event.WhichOneof("attributes") or "" for event in history.events]
+        kinds.update(names)
+        activities.append(sum(1 for n in names if n == "activity_task_scheduled_event_attributes"))
+    return (statistics.mean(activities) if activities else 0.0), kinds
+
+
+def start_pools(
+    run: Run, phase: str, replicas: dict[str, int], env: dict[str, str], faulty: bool
+) -> list[Proc]:
+    procs = []
+    for pool in POOL_NAMES:
+        for replica in range(replicas.get(pool, 1)):
+            argv = (
+                [sys.executable, str(ROOT / "bench" / "faults.py"), "worker", "--pool", pool]
+                if faulty
+                else [str(VENV_BIN / "ledger-deletion"), "worker", "--pool", pool]
+            )
+            procs.append(spawn(f"{phase}-{pool}-{replica}", argv, env, run.logs))
+    for proc in procs:
+        wait_for_line(proc, "running (ack queue")
+    return procs
+
+
+@dataclass
+class AResult:
+    n: int
+    seconds: float
+    rate: float
+    events_happy: float = 0.0
+    events_all: float = 0.0
+    activities_per_wf: float = 0.0
+    p50_ms: float = 0.0
+    p95_ms: float = 0.0
+    p99_ms: float = 0.0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    wrong: int = 0
+    storage_problems: list[str] = field(default_factory=list)
+    procs: dict[str, dict[str, float]] = field(default_factory=dict)
+    servers_cpu: dict[str, float] = field(default_factory=dict)
+    event_kinds: dict[str, int] = field(default_factory=dict)
+
+
+async def run_a(
+    run: Run,
+    phase: str,
+    seeded: Seeded,
+    *,
+    rate: float | None = None,
+    replicas: dict[str, int] | None = None,
+    fault_rate: float = 0.0,
+    stack_procs: StackProcs | None = None,
+    sample_histories: int = 0,
+    timeout: float = 3600,
+) -> AResult:
+    env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
+    procs = start_pools(run, phase, replicas or {}, env, faulty=fault_rate > 0)
+    try:
+        for proc in procs:
+            proc.mark()
+        if stack_procs:
+            stack_procs.mark()
+        began = time.time()
+        join = publish_in_background(run.settings(phase), seeded, rate)
+        queue = f"{run.prefix(phase)}-workflow"
+        sampler = asyncio.create_task(_sample_forever(procs))
+        await wait_closed(run.client, queue, len(seeded.items), timeout, f"A {phase}")
+        sampler.cancel()
+        for proc in procs:
+            proc.sample()
+        published = join()
+        servers = stack_procs.cpu() if stack_procs else {}
+    finally:
+        for proc in procs:
+            proc.stop()
+    closed = await closed_workflows(run.client, queue)
+    expected = {item.request.workflow_id: item for item in seeded.items}
+    by_id = {c.workflow_id: c for c in closed if c.workflow_id in expected}
+    end = max(c.close for c in by_id.values())
+    happy = [c for c in by_id.values() if c.outcome == Outcome.DELETED.value]
+    timed = [
+        (by_id[w].close - published[w]) * 1000
+        for w, item in expected.items()
+        if item.kind != "in-use" and w in by_id
+    ]
+    result = AResult(
+        n=len(by_id),
+        seconds=end - began,
+        rate=len(by_id) / (end - began),
+        events_happy=statistics.mean(c.events for c in happy) if happy else 0,
+        events_all=statistics.mean(c.events for c in by_id.values()),
+        p50_ms=percentile(timed, 50),
+        p95_ms=percentile(timed, 95),
+        p99_ms=percentile(timed, 99),
+        outcomes=dict(Counter(c.outcome for c in by_id.values())),
+        wrong=sum(1 for w, item in expected.items() if by_id[w].outcome != item.outcome.value),
+        storage_problems=seeded.check_storage(run.cluster, sample=2000)[:20],
+        procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
+        servers_cpu=servers,
+    )
+    if sample_histories:
+        ids = [c.workflow_id for c in by_id.values()][:sample_histories]
+        result.activities_per_wf, kinds = await history_sample(run.client, ids)
+        result.event_kinds = dict(kinds)
+    return result
+
+
+async def _sample_forever(procs: list[Proc]) -> None:
+    while True:
+        for proc in procs:
+            proc.sample()
+        await asyncio.sleep(2)
+
+
+# --- B: the PIP-186 consumer ------------------------------------------------------------------------------
+
+
+@dataclass
+class BResult:
+    n: int
+    seconds: float
+    rate: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    outcomes: dict[str, int]
+    reconsumed: int
+    faults_injected: int
+    cpu_s: float
+    rss_mb: float
+    storage_problems: list[str]
+
+
+def run_b(
+    run: Run,
+    phase: str,
+    seeded: Seeded,
+    *,
+    fault_rate: float = 0.0,
+    reconsume_seconds: float,
+    rate: float | None = None,
+    timeout: float = 3600,
+) -> BResult:
+    env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
+    results = run.logs / f"{phase}-pip186.json"
+    argv = [
+        sys.executable,
+        str(ROOT / "bench" / "pip186_consumer.py"),
+        "--expect",
+        str(len(seeded.items)),
+        "--results",
+        str(results),
+        "--reconsume-seconds",
+        str(reconsume_seconds),
+        "--timeout",
+        str(timeout),
+    ]
+    proc = spawn(f"{phase}-pip186", argv, env, run.logs)
+    try:
+        wait_for_line(proc, "pip186 consumer ready")
+        proc.mark()
+        began = time.time()
+        publish(run.settings(phase), seeded, rate)
+        while proc.popen.poll() is None:
+            proc.sample()
+            time.sleep(0.5)
+    finally:
+        proc.stop()
+    data = json.loads(results.read_text())
+    seconds = data["last_ack"] - began
+    latencies = data["latencies_ms"]
+    return BResult(
+        n=data["done"],
+        seconds=seconds,
+        rate=data["done"] / seconds,
+        p50_ms=percentile(latencies, 50),
+        p95_ms=percentile(latencies, 95),
+        p99_ms=percentile(latencies, 99),
+        outcomes=data["outcomes"],
+        reconsumed=data["reconsumed"],
+        faults_injected=data["faults_injected"],
+        cpu_s=round(proc.cpu_s, 1),
+        rss_mb=round(proc.rss_mb),
+        storage_problems=seeded.check_storage(run.cluster, sample=2000)[:20],
+    )
+
+
+# --- C: the orchestration limit ---------------------------------------------------------------------------
+
+
+@dataclass
+class CResult:
+    n: int
+    activities: int
+    seconds: float
+    rate: float
+    procs: dict[str, dict[str, float]]
+    servers_cpu: dict[str, float]
+
+
+async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, timeout: float = 3600) -> CResult:
+    queue = f"{run.prefix('c')}-trivial"
+    procs = [
+        spawn(
+            f"c-{role}",
+            [
+                sys.executable,
+                str(ROOT / "bench" / "orchestration_limit.py"),
+                "--address",
+                run.endpoints.temporal_address,
+                "--queue",
+                queue,
+                "--role",
+                role,
+            ],
+            run.base_env,
+            run.logs,
+        )
+        for role in ("workflow", "activity")
+    ]
+    try:
+        for proc in procs:
+            wait_for_line(proc, "worker running")
+            proc.mark()
+        stack_procs.mark()
+        began = time.time()
+        slots = asyncio.Semaphore(32)
+
+        async def start(index: int) -> None:
+            async with slots:
+                await run.client.start_workflow(
+                    TRIVIAL_WORKFLOW,
+                    args=[activities, f"{queue}-activities"],
+                    id=f"{queue}/{index}",
+                    task_queue=queue,
+                )
+
+        await asyncio.gather(*(start(i) for i in range(n)))
+        await wait_closed(run.client, queue, n, timeout, "C")
+        for proc in procs:
+            proc.sample()
+        servers = stack_procs.cpu()
+    finally:
+        for proc in procs:
+            proc.stop()
+    closed = await closed_workflows(run.client, queue)
+    end = max(c.close for c in closed)
+    return CResult(
+        n=len(closed),
+        activities=activities,
+        seconds=end - began,
+        rate=len(closed) / (end - began),
+        procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
+        servers_cpu=servers,
+    )
+
+
+# --- main ------------------------------------------------------------------------------------------------
+
+
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split(" ")[0]
+
+
+def parse_replicas(text: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for part in filter(None, text.split(",")):
+        pool, count = part.split("=")
+        out[pool] = int(count)
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    stack = Stack(args.state_dir, BENCH_PORTS)
+    endpoints = stack.up()
+    base_env = {**os.environ, **endpoints.as_env()}
+    os.environ.update({k: v for k, v in endpoints.as_env().items() if k.startswith("AWS_")})
+    run_id = uuid.uuid4().hex[:6]
+    logs = args.state_dir / "bench-logs" / run_id
+    logs.mkdir(parents=True, exist_ok=True)
+    zk = endpoints.zookeeper_client()
+    cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
+    client = await Client.connect(endpoints.temporal_address)
+    run = Run(endpoints, run_id, logs, cluster, client, base_env)
+    stack_procs = StackProcs.of(stack)
+    report: dict[str, Any] = {
+        "n": args.n,
+        "run_id": run_id,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": load_average(),
+        "replicas": args.replicas,
+    }
+    n = args.n
+
+    def seeded(phase: str, count: int) -> Seeded:
+        began = time.monotonic()
+        out = seed(cluster, f"bench-{run_id}/{phase}", count)
+        print(
+            f"seeded {phase}: {count} requests {dict(out.kinds())} in {time.monotonic() - began:.1f} s",
+            flush=True,
+        )
+        return out
+
+    replicas = parse_replicas(args.replicas)
+    a = await run_a(
+        run, "a", seeded("a", n), replicas=replicas, stack_procs=stack_procs, sample_histories=args.histories
+    )
+    report["A"] = asdict(a)
+    print(f"A: {a.rate:.1f} deletions/s over {a.seconds:.1f} s", flush=True)
+
+    if not args.skip_half:
+        rate = a.rate / 2
+        half_n = min(n, max(200, int(rate * args.half_seconds)))
+        half = await run_a(run, "h", seeded("h", half_n), rate=rate, replicas=replicas)
+        report["A_half"] = {**asdict(half), "publish_rate": rate}
+        print(f"A at {rate:.1f}/s: p99 {half.p99_ms:.0f} ms", flush=True)
+
+    if not args.skip_b:
+        b = run_b(run, "b", seeded("b", n), reconsume_seconds=args.reconsume_seconds)
+        report["B"] = asdict(b)
+        print(f"B: {b.rate:.1f} deletions/s", flush=True)
+
+    if not args.skip_c:
+        activities = round(a.activities_per_wf) if a.activities_per_wf else 5
+        c = await run_c(run, n, activities, stack_procs)
+        report["C"] = asdict(c)
+        print(f"C: {c.rate:.1f} workflows/s ({activities} activities)", flush=True)
+
+    if args.fault_rate > 0 and not args.skip_faults:
+        fa = await run_a(run, "fa", seeded("fa", n), replicas=replicas, fault_rate=args.fault_rate)
+        report["A_faults"] = asdict(fa)
+        print(f"A with faults: drained in {fa.seconds:.1f} s", flush=True)
+        if not args.skip_b:
+            fb = run_b(
+                run,
+                "fb",
+                seeded("fb", n),
+                fault_rate=args.fault_rate,
+                reconsume_seconds=args.reconsume_seconds,
+            )
+            report["B_faults"] = asdict(fb)
+            print(f"B with faults: drained in {fb.seconds:.1f} s", flush=True)
+
+    report["load_after"] = load_average()
+    zk.stop()
+    zk.close()
+    return report
+
+
+def print_table(report: dict[str, Any]) -> str:
+    a, b, c = report["A"], report.get("B"), report.get("C")
+    half = report.get("A_half")
+    lines = [
+        f"N={report['n']}  run {report['run_id']}  load avg before/after {report['load_before']}/{report['load_after']}"
+        f"  replicas {report['replicas'] or 'one per pool'}",
+        "",
+        f"{'run':<34} {'n':>7} {'seconds':>8} {'per s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'ev/del':>7}",
+    ]
+
+    def row(name: str, r: dict[str, Any], events: str = "") -> None:
+        lat = [f"{r.get(k, float('nan')):>8.0f}" for k in ("p50_ms", "p95_ms", "p99_ms")]
+        lines.append(
+            f"{name:<34} {r['n']:>7} {r['seconds']:>8.1f} {r['rate']:>7.1f} {' '.join(lat)} {events:>7}"
+        )
+
+    row("A service, backlog (max rate)", a, f"{a['events_happy']:.1f}")
+    if half:
+        row(f"A service @ {half['publish_rate']:.1f}/s (half max)", half, f"{half['events_happy']:.1f}")
+    if b:
+        row("B PIP-186 consumer, backlog", b)
+    if c:
+        lines.append(
+            f"{'C trivial wf, ' + str(c['activities']) + ' activities':<34} {c['n']:>7} {c['seconds']:>8.1f} {c['rate']:>7.1f}"
+        )
+    fa, fb = report.get("A_faults"), report.get("B_faults")
+    if fa:
+        row("A with 20% delete faults", fa, f"{fa['events_happy']:.1f}")
+    if fb:
+        row(f"B with 20% delete faults ({fb['reconsumed']} reconsumed)", fb)
+    lines.append("")
+    lines.append("process                     cpu s   peak RSS MB")
+    for name, stats in a["procs"].items():
+        lines.append(f"  A {name:<24} {stats['cpu_s']:>6.1f} {stats['rss_mb']:>10.0f}")
+    if b:
+        lines.append(f"  B pip186 consumer          {b['cpu_s']:>6.1f} {b['rss_mb']:>10.0f}")
+    if c:
+        for name, stats in c["procs"].items():
+            lines.append(f"  C {name:<24} {stats['cpu_s']:>6.1f} {stats['rss_mb']:>10.0f}")
+    lines.append(f"  servers during A: {a['servers_cpu']}")
+    if c:
+        lines.append(f"  servers during C: {c['servers_cpu']}")
+    lines.append(
+        f"A outcomes {a['outcomes']}, wrong {a['wrong']}, storage problems {len(a['storage_problems'])}"
+    )
+    if b:
+        lines.append(f"B outcomes {b['outcomes']}, storage problems {len(b['storage_problems'])}")
+    if fa:
+        lines.append(f"A faults outcomes {fa['outcomes']}, storage problems {len(fa['storage_problems'])}")
+    if fb:
+        lines.append(f"B faults outcomes {fb['outcomes']}, storage problems {len(fb['storage_problems'])}")
+    ab = a["rate"] / b["rate"] if b else float("nan")
+    ac = a["rate"] / c["rate"] if c else float("nan")
+    p99 = (half or a)["p99_ms"]
+    lines.append("")
+    lines.append(f"A/B={ab:.2f} A/C={ac:.2f} events_per_deletion={a['events_happy']:.1f} p99_ms={p99:.0f}")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="requests per run")
+    parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-bench-stack"))
+    parser.add_argument("--fault-rate", type=float, default=0.2)
+    parser.add_argument("--reconsume-seconds", type=float, default=1.0, help="B's reconsumeLater delay")
+    parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
+    parser.add_argument("--half-seconds", type=float, default=60.0, help="length of the half-rate run")
+    parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")
+    parser.add_argument("--skip-b", action="store_true")
+    parser.add_argument("--skip-c", action="store_true")
+    parser.add_argument("--skip-half", action="store_true")
+    parser.add_argument("--skip-faults", action="store_true")
+    args = parser.parse_args()
+    report = asyncio.run(main_async(args))
+    table = print_table(report)
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    (results / f"{stamp}-n{args.n}.json").write_text(json.dumps({**report, "table": table}, indent=1))
+    print()
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

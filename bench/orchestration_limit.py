@@ -1,0 +1,60 @@
+"""Worker process of benchmark C: ``--role workflow`` runs TrivialWorkflow, ``--role activity`` the no-op.
+
+    python bench/orchestration_limit.py --address 127.0.0.1:7233 --queue q --role workflow
+
+Same worker settings as the deletion service's pools (sandboxed workflows, sync activities on a thread pool of
+the pool's concurrency), so the difference between A and C is what the deletion itself costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from bench.trivial import TrivialWorkflow, noop  # noqa: E402
+
+
+async def serve(address: str, queue: str, role: str, concurrency: int) -> None:
+    client = await Client.connect(address)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if role == "workflow":
+        worker = Worker(
+            client, task_queue=queue, workflows=[TrivialWorkflow], max_concurrent_workflow_tasks=concurrency
+        )
+    else:
+        worker = Worker(
+            client,
+            task_queue=f"{queue}-activities",
+            activities=[noop],
+            activity_executor=ThreadPoolExecutor(concurrency),
+            max_concurrent_activities=concurrency,
+        )
+    async with worker:
+        print(f"trivial {role} worker running", flush=True)
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--address", required=True)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--role", choices=("workflow", "activity"), required=True)
+    parser.add_argument("--concurrency", type=int, default=100)
+    args = parser.parse_args()
+    asyncio.run(serve(args.address, args.queue, args.role, args.concurrency))
+
+
+if __name__ == "__main__":
+    main()

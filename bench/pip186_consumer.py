@@ -1,0 +1,295 @@
+"""Baseline B: the PIP-186 consumer as the seed describes it, without Temporal.
+
+The same checks and the same deletes as the service, through the same adapters (``ledger_deletion.adapters``)
+and the same activity bodies (called directly, undecorated, so ``activities.bookkeeper.judge`` decides):
+
+1. receive from the deletion topic and its RETRY topic (Shared subscription);
+2. check the topic exists (admin REST); when it does and ``checkLedgerStillInUse``, ask the owner broker;
+   still in use → ack (the seed's "ledger still in use" answer is acked, not retried);
+3. LEDGER: read the znode, ``judge`` its metadata (not found / mismatch / not pulsar → ack), then
+   compare-and-delete;
+   OFFLOAD_LEDGER: HEAD, delete, confirm the objects of the offload context;
+4. success → ack. Transient failure → ``reconsumeLater``: publish the message to the RETRY topic with
+   ``deliver_after`` and ``RECONSUMETIMES`` + 1, ack the original; after ``--max-reconsume`` (10) the message
+   goes to the DLQ and is acked. Undecodable or permanently invalid → DLQ, ack.
+
+pulsar-lite ignores ``deliver_after`` (measured: a message sent with a 3 s delay arrives at once), so the
+consumer also honours the due time it writes into the ``DELAY_UNTIL_MS`` property, holding a retried message
+(unacked) until then, as the broker's delayed-delivery tracker would. The whole message is processed again on
+each retry: every check, not only the step that failed.
+
+Runs as its own process (so the benchmark can measure its CPU and RSS) until ``--expect`` messages reached a
+terminal state, then writes a JSON summary (per-message publish → ack latency, outcomes, attempts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pulsar  # noqa: E402
+
+from activities.bookkeeper import BookKeeperActivities  # noqa: E402
+from activities.offload import OffloadActivities  # noqa: E402
+from activities.pulsar_admin import PulsarAdminActivities  # noqa: E402
+from bench import faults  # noqa: E402
+from ledger_deletion.adapters import messaging  # noqa: E402
+from ledger_deletion.adapters.object_store import ObjectStore  # noqa: E402
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient  # noqa: E402
+from ledger_deletion.adapters.zookeeper import LedgerStore  # noqa: E402
+from ledger_deletion.contracts import (  # noqa: E402
+    AskOwnerBrokerInput,
+    CheckTopicInput,
+    DeleteBkLedgerInput,
+    DeleteBkLedgerStatus,
+    DeleteOffloadInput,
+    Outcome,
+    Verdict,
+    VerifyBkMetadataInput,
+)
+from ledger_deletion.errors import InvalidRequestError, PermanentError, TransientError  # noqa: E402
+from ledger_deletion.formats.avro import decode_request  # noqa: E402
+from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo  # noqa: E402
+from ledger_deletion.settings import Settings  # noqa: E402
+
+RECONSUMETIMES = "RECONSUMETIMES"
+DELAY_UNTIL = "DELAY_UNTIL_MS"
+ORIGIN_PUBLISH = "ORIGIN_PUBLISH_MS"  # first publish time, kept across reconsumes for the latency
+_VERDICT = {
+    Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
+    Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
+    Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
+}
+
+
+def _raw(method: Any) -> Any:
+    """An activity method without its Temporal error translation (plain ``LedgerDeletionError`` s)."""
+    return method.__wrapped__
+
+
+class Pip186Consumer:
+    def __init__(
+        self, settings: Settings, reconsume_seconds: float, max_reconsume: int, concurrency: int
+    ) -> None:
+        token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
+        self.settings = settings
+        self.retry_topic = f"{settings.topic}-RETRY"
+        self.reconsume_seconds = reconsume_seconds
+        self.max_reconsume = max_reconsume
+        self.client = messaging.connect(settings.pulsar_url, token)
+        # Its own producer: ``Publisher`` has no ``deliver_after``.
+        self.retry = self.client.create_producer(self.retry_topic, batching_enabled=False)
+        self.dlq = messaging.Publisher(self.client, settings.dead_letter_topic)
+        admin = PulsarAdminClient(
+            settings.pulsar_admin_url, token, settings.admin_timeout_seconds, settings.admin_max_redirects
+        )
+        store = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, settings.zookeeper_timeout_seconds)
+        self.admin = PulsarAdminActivities(admin)
+        self.bk = BookKeeperActivities(store)
+        self.offload = OffloadActivities(
+            ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
+        )
+        self.consumer = self.client.subscribe(
+            [settings.topic, self.retry_topic],
+            settings.subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=1000,
+        )
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="pip186")
+        self.slots = threading.Semaphore(concurrency * 4)
+        self.lock = threading.Lock()
+        self.delayed: list[tuple[float, int, Any]] = []
+        self.seq = 0
+        self.outcomes: Counter[str] = Counter()
+        self.latencies_ms: list[float] = []
+        self.reconsumed = 0
+        self.done = 0
+        self.first_receive = 0.0
+        self.last_ack = 0.0
+
+    # --- the consumer loop --------------------------------------------------------------------------------
+
+    def run(self, expect: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.done < expect and time.monotonic() < deadline:
+            self._release_due()
+            try:
+                message = self.consumer.receive(timeout_millis=50)
+            except pulsar.Timeout:
+                continue
+            if not self.first_receive:
+                self.first_receive = time.time()
+            due = float(message.properties().get(DELAY_UNTIL, 0)) / 1000
+            if due > time.time():
+                with self.lock:  # the broker would not have delivered it yet: hold it until it is due
+                    self.seq += 1
+                    heapq.heappush(self.delayed, (due, self.seq, message))
+                continue
+            self._submit(message)
+        self.pool.shutdown(wait=True)
+
+    def _release_due(self) -> None:
+        now = time.time()
+        while True:
+            with self.lock:
+                if not self.delayed or self.delayed[0][0] > now:
+                    return
+                _, _, message = heapq.heappop(self.delayed)
+            self._submit(message)
+
+    def _submit(self, message: Any) -> None:
+        self.slots.acquire()
+        future = self.pool.submit(self._handle, message)
+        future.add_done_callback(lambda _: self.slots.release())
+
+    # --- one message --------------------------------------------------------------------------------------
+
+    def _handle(self, message: Any) -> None:
+        try:
+            request = decode_request(message.data())
+        except InvalidRequestError as exc:
+            self._dead_letter(message, str(exc))
+            return
+        try:
+            outcome = self._delete(request)
+        except TransientError as exc:
+            self._reconsume_later(message, str(exc))
+            return
+        except PermanentError as exc:
+            self._dead_letter(message, str(exc))
+            return
+        self._ack(message, outcome.value)
+
+    def _delete(self, req: PendingDeleteLedgerInfo) -> Outcome:
+        exists = _raw(PulsarAdminActivities.check_topic)(self.admin, CheckTopicInput(req.topic_name)).exists
+        if exists and req.check_ledger_still_in_use:
+            answer = _raw(PulsarAdminActivities.ask_owner_broker)(
+                self.admin, AskOwnerBrokerInput(req.topic_name, req.ledger_id)
+            )
+            if answer.in_use:
+                return Outcome.SKIPPED_IN_USE  # "ledger still in use": acked, as in the seed
+        if req.ledger_type is LedgerType.OFFLOAD_LEDGER:
+            assert req.context is not None
+            result = _raw(OffloadActivities.delete_offload_segment)(
+                self.offload, DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context)
+            )
+            outcome: Outcome = result.outcome
+            return outcome
+        verified = _raw(BookKeeperActivities.verify_bk_metadata)(self.bk, VerifyBkMetadataInput(req))
+        if verified.verdict is not Verdict.MATCH:
+            return _VERDICT[verified.verdict]  # "if the param didn't match, we also think it succeeded"
+        deleted = _raw(BookKeeperActivities.delete_bk_ledger)(
+            self.bk, DeleteBkLedgerInput(req.ledger_id, verified.znode_version)
+        )
+        if deleted.status is DeleteBkLedgerStatus.VERSION_CHANGED:
+            raise _VersionChanged(f"ledger {req.ledger_id} changed between verify and delete")
+        return Outcome.DELETED if deleted.status is DeleteBkLedgerStatus.DELETED else Outcome.ALREADY_DELETED
+
+    def _reconsume_later(self, message: Any, reason: str) -> None:
+        properties = dict(message.properties())
+        times = int(properties.get(RECONSUMETIMES, 0)) + 1
+        if times > self.max_reconsume:
+            self._dead_letter(message, f"gave up after {times - 1} reconsumes: {reason}")
+            return
+        properties.update(
+            {
+                RECONSUMETIMES: str(times),
+                DELAY_UNTIL: str(int((time.time() + self.reconsume_seconds) * 1000)),
+                ORIGIN_PUBLISH: properties.get(ORIGIN_PUBLISH, str(message.publish_timestamp())),
+                "REAL_TOPIC": message.topic_name(),
+                "ORIGIN_MESSAGE_ID": str(message.message_id()),
+            }
+        )
+        while True:  # as the Java client's reconsumeLater: produce to RETRY (delayed), then ack
+            try:
+                self.retry.send(
+                    message.data(),
+                    properties=properties,
+                    deliver_after=timedelta(seconds=self.reconsume_seconds),
+                )
+                break
+            except Exception:  # pulsar's own error classes: keep the message, try again
+                time.sleep(0.5)
+        self.consumer.acknowledge(message)
+        with self.lock:
+            self.reconsumed += 1
+
+    def _dead_letter(self, message: Any, reason: str) -> None:
+        properties = messaging.dead_letter_properties(
+            reason=reason,
+            failed_step="pip186",
+            attempts=int(message.properties().get(RECONSUMETIMES, 0)) + 1,
+            workflow_id="",
+            original=dict(message.properties()),
+        )
+        self.dlq.send(message.data(), properties)
+        self._ack(message, Outcome.DEAD_LETTERED.value)
+
+    def _ack(self, message: Any, outcome: str) -> None:
+        self.consumer.acknowledge(message)
+        now = time.time()
+        published = float(message.properties().get(ORIGIN_PUBLISH, message.publish_timestamp())) / 1000
+        with self.lock:
+            self.outcomes[outcome] += 1
+            self.latencies_ms.append((now - published) * 1000)
+            self.done += 1
+            self.last_ack = now
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.retry.close()
+        self.dlq.close()
+        self.client.close()
+
+
+class _VersionChanged(TransientError):
+    """The znode changed between verify and delete: reconsume the whole message."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--expect", type=int, required=True, help="stop after this many terminal messages")
+    parser.add_argument("--results", type=Path, required=True, help="where to write the JSON summary")
+    parser.add_argument("--reconsume-seconds", type=float, default=600.0)
+    parser.add_argument("--max-reconsume", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--timeout", type=float, default=3600.0)
+    args = parser.parse_args()
+    rate = faults.install()
+    settings = Settings()
+    consumer = Pip186Consumer(settings, args.reconsume_seconds, args.max_reconsume, args.concurrency)
+    print("pip186 consumer ready", flush=True)
+    try:
+        consumer.run(args.expect, args.timeout)
+    finally:
+        args.results.write_text(
+            json.dumps(
+                {
+                    "done": consumer.done,
+                    "outcomes": dict(consumer.outcomes),
+                    "latencies_ms": consumer.latencies_ms,
+                    "reconsumed": consumer.reconsumed,
+                    "faults_injected": faults.injected,
+                    "fault_rate": rate,
+                    "first_receive": consumer.first_receive,
+                    "last_ack": consumer.last_ack,
+                }
+            )
+        )
+        consumer.close()
+
+
+if __name__ == "__main__":
+    main()

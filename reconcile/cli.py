@@ -1,0 +1,123 @@
+"""``ledger-deletion reconcile``: find existing orphans and (with ``--submit``) hand them to the service.
+
+The lead's CLI mounts :func:`reconcile` as a command (``app.command(name="reconcile")(reconcile)``). Settings
+(ZooKeeper, ledgers root, S3 endpoint, offload bucket) come from the environment as for every command.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+__all__ = ["reconcile", "run_from_settings"]
+
+_LOOPBACK = ("http://127.0.0.1", "http://localhost")
+
+
+def run_from_settings(
+    *,
+    master: str,
+    min_age: str,
+    tenant: str | None,
+    out: Path,
+    submit: bool,
+    resume: bool = False,
+    extract_workers: int = 2,
+    extra_buckets: tuple[str, ...] = (),
+) -> int:
+    from ledger_deletion.settings import load_settings
+    from reconcile.extract import ExtractConfig
+    from reconcile.job import JobConfig, parse_duration, run
+
+    console = Console(stderr=True)
+    try:
+        min_age_seconds = parse_duration(min_age)
+    except ValueError as exc:
+        console.print(f"[red]--min-age:[/red] {exc}")
+        return 2
+    settings = load_settings()
+    if settings.s3_endpoint.startswith(_LOOPBACK):
+        # The embedded stack's moto accepts any credentials; boto3 only needs some to sign requests.
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    config = JobConfig(
+        extract=ExtractConfig(
+            zookeeper=settings.zookeeper,
+            ledgers_root=settings.bk_ledgers_root,
+            s3_endpoint=settings.s3_endpoint or None,
+            s3_region=settings.s3_region,
+            buckets=tuple(dict.fromkeys((settings.offload_bucket, *extra_buckets))),
+            workers=extract_workers,
+            zk_timeout=settings.zookeeper_timeout_seconds,
+            zk_auth_digest=settings.zookeeper_digest.get_secret_value()
+            if settings.zookeeper_digest
+            else None,
+        ),
+        out=out,
+        min_age_seconds=min_age_seconds,
+        tenant=tenant,
+        master=master,
+        resume=resume,
+    )
+    publish = None
+    if submit:
+        from ledger_deletion.submit import publish_requests
+
+        def publish(requests: object) -> int:
+            return publish_requests(settings, requests, progress=True)  # type: ignore[arg-type]
+
+    result = run(config, console=console, publish=publish)
+    return 1 if result.rejected else 0
+
+
+def reconcile(
+    master: Annotated[
+        str, typer.Option(help="Spark master URL (local[*], spark://host:7077, k8s://...).")
+    ] = "local[*]",
+    min_age: Annotated[
+        str, typer.Option("--min-age", help="Only ledgers/objects older than this (s, m, h, d), e.g. 24h.")
+    ] = "24h",
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's orphans.")] = None,
+    out: Annotated[
+        Path, typer.Option(help="Directory for candidates.jsonl/.avro, findings.parquet, report.png.")
+    ] = Path("reconcile-out"),
+    submit: Annotated[
+        bool,
+        typer.Option(
+            "--submit/--dry-run", help="Publish the candidates to the deletion topic (default: dry run)."
+        ),
+    ] = False,
+    resume: Annotated[
+        bool, typer.Option(help="Keep the extract parts already in OUT/extract (restart).")
+    ] = False,
+    extract_workers: Annotated[
+        int, typer.Option(help="Processes scanning ZooKeeper and S3 in parallel.")
+    ] = 2,
+    bucket: Annotated[
+        list[str] | None,
+        typer.Option(help="Another offload bucket to list (repeatable); the configured one always."),
+    ] = None,
+) -> None:
+    """Find orphaned ledgers that exist already (BookKeeper and tiered storage) with Spark.
+
+    Extracts BK ledger metadata, Pulsar metadata and the offload bucket listing to Parquet, anti-joins storage
+    against every reference, keeps only Pulsar ledgers older than --min-age, and writes candidates.jsonl
+    (input of `ledger-deletion submit --jsonl`), candidates.avro, findings.parquet and report.png into --out.
+    Nothing is published without --submit; every published request still passes all checks of the service.
+    """
+    code = run_from_settings(
+        master=master,
+        min_age=min_age,
+        tenant=tenant,
+        out=out,
+        submit=submit,
+        resume=resume,
+        extract_workers=extract_workers,
+        extra_buckets=tuple(bucket or ()),
+    )
+    if code:
+        raise typer.Exit(code)

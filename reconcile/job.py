@@ -1,0 +1,297 @@
+"""The reconcile job: extract -> reconcile (Spark) -> candidates, findings, report [-> submit].
+
+Run it as ``ledger-deletion reconcile`` (local Spark, ``local[*]``, against the embedded stack by default), or
+on a Spark cluster::
+
+    spark-submit --master spark://spark-master:7077 \\
+        --conf spark.sql.shuffle.partitions=64 --driver-memory 4g \\
+        --py-files dist/ledger_deletion-0.1.0-py3-none-any.whl \\
+        reconcile/job.py --min-age 24h --out /data/reconcile/$(date +%F) [--tenant T] [--submit]
+
+(the wheel: ``pip wheel --no-deps -w dist .``; settings such as ``LEDGER_DELETION_ZOOKEEPER``,
+``LEDGER_DELETION_S3_ENDPOINT``, ``LEDGER_DELETION_OFFLOAD_BUCKET`` come from the driver's environment, as for
+every other command). The extract runs on the driver host as a process pool (``--extract-workers``); only
+the reconcile runs on the executors, and ``--out`` must be a path the driver and executors share (for a
+real cluster a shared filesystem; the Parquet written there is read back by the executors).
+
+Why the extract is a parallel exporter and not Spark tasks running kazoo: the work is waiting on ZooKeeper
+round trips and decoding protobuf in Python, which a process pool with pipelined asynchronous reads does at
+the speed ZooKeeper answers; inside Spark the same rows then also cross from Python workers into the JVM
+(pickled per row), which costs more than the scan itself (measured by ``bench/reconcile_benchmark.py
+--compare-spark-scan``, see the README), and a failed task would repeat its whole prefix while the exporter
+keeps finished prefixes as part files (``--resume``). ZooKeeper, not the number of executors, bounds the scan:
+a cluster of executors would only add load on the ensemble the brokers depend on.
+
+Order and safety: BK ledgers are listed first, objects second, references last (see ``reconcile.extract``);
+the transforms are pure functions of those snapshots (``reconcile.transform``); every candidate still goes
+through the deletion service's own checks (topic, owner broker, BK metadata match) when submitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from reconcile.candidates import Rejected, build_requests, head_owners, write_avro, write_jsonl
+from reconcile.extract import (
+    BK_LEDGERS,
+    OFFLOAD_CONTEXTS,
+    OFFLOAD_OBJECTS,
+    REFERENCES,
+    ExtractConfig,
+    ExtractResult,
+    extract_all,
+)
+from reconcile.report import ReportRow, render_chart, render_table, rows_from_summary, totals
+
+__all__ = ["JobConfig", "JobResult", "main", "parse_duration", "run", "spark_session"]
+
+CANDIDATES_JSONL = "candidates.jsonl"
+CANDIDATES_AVRO = "candidates.avro"
+FINDINGS_PARQUET = "findings.parquet"
+REPORT_PNG = "report.png"
+SUMMARY_JSON = "summary.json"
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> float:
+    """``90s``, ``15m``, ``24h``, ``7d`` (or a bare number of seconds) -> seconds.
+
+    Raises:
+        ValueError: anything else, or a negative duration.
+    """
+    value = text.strip().lower()
+    unit = 1
+    if value and value[-1] in _UNITS:
+        unit, value = _UNITS[value[-1]], value[:-1]
+    try:
+        seconds = float(value) * unit
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90s, 15m, 24h, 7d)") from None
+    if seconds < 0 or seconds != seconds:
+        raise ValueError(f"duration must be >= 0, got {text!r}")
+    return seconds
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    extract: ExtractConfig
+    out: Path
+    min_age_seconds: float = 86_400.0
+    tenant: str | None = None
+    master: str = "local[*]"
+    now_ms: int | None = None  # the clock the cut-off is taken from; None = when the job starts
+    resume: bool = False
+    shuffle_partitions: int = 8
+
+
+@dataclass
+class JobResult:
+    out: Path
+    cutoff_ms: int
+    extract: ExtractResult
+    requests: list[Any] = field(default_factory=list)  # PendingDeleteLedgerInfo
+    rejected: list[Rejected] = field(default_factory=list)
+    summary: list[ReportRow] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    published: int = 0
+
+
+def spark_session(
+    master: str = "local[*]", shuffle_partitions: int = 8, app_name: str = "ledger-deletion-reconcile"
+) -> Any:
+    """A SparkSession for the job (reuses the active one, e.g. under ``spark-submit``)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.driver.memory", "3g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.adaptive.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+@contextmanager
+def _stage(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[name] = time.monotonic() - started
+
+
+def run(
+    config: JobConfig,
+    *,
+    spark: Any = None,
+    console: Console | None = None,
+    publish: Callable[[Sequence[Any]], int] | None = None,
+    s3_client: Any = None,
+) -> JobResult:
+    """The whole job. ``publish`` (e.g. ``ledger_deletion.submit.publish_requests`` bound to settings) is
+    called with the requests only when given: without it this is a dry run that only writes files."""
+    from pyspark.sql import functions as F
+
+    from reconcile import transform as T
+
+    console = console or Console(stderr=True)
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    now_ms = config.now_ms if config.now_ms is not None else int(time.time() * 1000)
+    cutoff_ms = now_ms - int(config.min_age_seconds * 1000)
+
+    # 1. extract --------------------------------------------------------------------------------------
+    with _progress(console) as progress, _stage(timings, "extract"):
+        tasks: dict[str, Any] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(f"extract {stage}", total=total)
+            progress.update(tasks[stage], completed=done, total=total)
+
+        extracted = extract_all(config.extract, out / "extract", resume=config.resume, progress=on_progress)
+    timings.update({f"extract_{k}": v for k, v in extracted.seconds.items()})
+    console.print(
+        "extracted: "
+        + ", ".join(
+            f"{extracted.rows.get(t, 0)} {t}"
+            for t in (BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, OFFLOAD_CONTEXTS)
+        )
+    )
+
+    # 2. reconcile ------------------------------------------------------------------------------------
+    spark = spark or spark_session(config.master, config.shuffle_partitions)
+    with _progress(console) as progress, _stage(timings, "reconcile"):
+        task = progress.add_task("reconcile (spark)", total=4)
+        bk = spark.read.schema(T.BK_LEDGERS_SCHEMA).parquet(extracted.path(BK_LEDGERS))
+        refs = spark.read.schema(T.REFERENCES_SCHEMA).parquet(extracted.path(REFERENCES))
+        ctxs = spark.read.schema(T.OFFLOAD_CONTEXTS_SCHEMA).parquet(extracted.path(OFFLOAD_CONTEXTS))
+        objs = spark.read.schema(T.OFFLOAD_OBJECTS_SCHEMA).parquet(extracted.path(OFFLOAD_OBJECTS))
+        raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=cutoff_ms).unionByName(
+            T.offload_findings(objs, refs, ctxs, cutoff_ms=cutoff_ms)
+        )
+        raw = raw.localCheckpoint(eager=True)
+        progress.update(task, advance=1)
+        # Owners of offload candidates: HEAD their objects (the listing has no user metadata).
+        groups = [
+            (r["bucket"], r["uuid"], r["ledger_id"], list(r["keys"]))
+            for r in raw.where((F.col("storage") == "offload") & (F.col("status") == "candidate"))
+            .select("bucket", "uuid", "ledger_id", "keys")
+            .collect()
+        ]
+        owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
+        owners = spark.createDataFrame(owners_rows, T.OFFLOAD_OWNERS_SCHEMA)
+        progress.update(task, advance=1)
+        findings = T.filter_tenant(T.attach_offload_owners(raw, owners, bk), config.tenant)
+        findings.write.mode("overwrite").parquet(str(out / FINDINGS_PARQUET))
+        findings = spark.read.parquet(str(out / FINDINGS_PARQUET))
+        progress.update(task, advance=1)
+        candidate_rows = [r.asDict() for r in findings.where(F.col("status") == "candidate").collect()]
+        summary = rows_from_summary(r.asDict() for r in T.summarize(findings).collect())
+        progress.update(task, advance=1)
+
+    # 3. outputs --------------------------------------------------------------------------------------
+    with _stage(timings, "outputs"):
+        requests, rejected = build_requests(candidate_rows)
+        write_jsonl(out / CANDIDATES_JSONL, requests)
+        write_avro(out / CANDIDATES_AVRO, requests)
+        render_chart(summary, out / REPORT_PNG)
+        (out / SUMMARY_JSON).write_text(
+            json.dumps(
+                {
+                    "cutoff_ms": cutoff_ms,
+                    "tenant": config.tenant,
+                    "extracted_rows": extracted.rows,
+                    "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
+                    "requests": len(requests),
+                    "rejected": [
+                        {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in rejected
+                    ],
+                    "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
+                },
+                indent=2,
+            )
+        )
+    console.print(render_table(summary))
+    for item in rejected[:20]:
+        console.print(
+            f"[yellow]not a valid request, left out:[/yellow] {item.finding.get('ledger_id')}: {item.reason}"
+        )
+    result = JobResult(out, cutoff_ms, extracted, requests, rejected, summary, timings)
+
+    # 4. submit ---------------------------------------------------------------------------------------
+    if publish is not None and requests:
+        with _stage(timings, "submit"):
+            result.published = publish(requests)
+        console.print(f"published {result.published} requests to the deletion topic")
+    else:
+        console.print(
+            f"dry run: {len(requests)} requests written to {out / CANDIDATES_JSONL}; "
+            "nothing published (use --submit, or `ledger-deletion submit --jsonl` later)"
+        )
+    return result
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+
+
+def _s3(config: ExtractConfig) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=config.s3_endpoint or None, region_name=config.s3_region)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``spark-submit reconcile/job.py ...``: the same options as ``ledger-deletion reconcile``."""
+    parser = argparse.ArgumentParser(prog="reconcile/job.py", description="Find orphaned Pulsar ledgers.")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--min-age", default="24h")
+    parser.add_argument("--tenant", default=None)
+    parser.add_argument("--out", default="reconcile-out")
+    parser.add_argument("--submit", action="store_true")
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--extract-workers", type=int, default=2)
+    args = parser.parse_args(argv)
+    from reconcile.cli import run_from_settings
+
+    return run_from_settings(
+        master=args.master,
+        min_age=args.min_age,
+        tenant=args.tenant,
+        out=Path(args.out),
+        submit=args.submit,
+        resume=args.resume,
+        extract_workers=args.extract_workers,
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Fixtures of the fault tests: a private embedded stack, an S3 fault proxy, pools as killable processes.
+
+These tests kill and restart services (ZooKeeper, Temporal, pulsar-lite), so they must never share a stack
+with other test sessions or a developer's demo: they get their own one, on their own ports and state dir
+(``$LEDGER_DELETION_FAULTS_STACK_DIR``, default ``<default stack dir>/../faults-stack``). Each test gets its
+own deletion topic and task queues, so a test only ever sees its own messages and workflows.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
+from devstack.stack import (
+    DUMMY_AWS_CREDENTIALS,
+    S3_REGION,
+    Stack,
+    StackEndpoints,
+    StackPorts,
+    default_state_dir,
+)
+from ledger_deletion.settings import Settings
+
+# Below the ephemeral port range, apart from the default stack (1xxxx) and the soak (25xxx).
+FAULT_PORTS = StackPorts(
+    temporal=24233,
+    temporal_ui=24234,
+    pulsar=24650,
+    zookeeper=24181,
+    s3=24900,
+    admin=24080,
+    admin_owner=24081,
+)
+PROXY_PORT = 24901
+
+
+@pytest.fixture(scope="session")
+def fault_stack() -> Stack:
+    state_dir = Path(
+        os.environ.get("LEDGER_DELETION_FAULTS_STACK_DIR", str(default_state_dir().with_name("faults-stack")))
+    )
+    stack = Stack(state_dir, FAULT_PORTS)
+    stack.up()
+    for name, value in {**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION}.items():
+        os.environ.setdefault(name, value)
+    return stack
+
+
+@pytest.fixture(scope="session")
+def fault_endpoints(fault_stack: Stack) -> StackEndpoints:
+    return fault_stack.endpoints()
+
+
+@pytest.fixture(scope="session")
+def services(fault_stack: Stack) -> ServiceControl:
+    return ServiceControl(fault_stack)
+
+
+@pytest.fixture(scope="session")
+def s3_proxy(fault_endpoints: StackEndpoints) -> Iterator[S3FaultProxy]:
+    proxy = S3FaultProxy(fault_endpoints.s3_endpoint, port=PROXY_PORT).start()
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture
+def fault_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> Settings:
+    """Per-test topic and task queues; the service reaches S3 through the fault proxy."""
+    run = uuid.uuid4().hex[:8]
+    s3_proxy.heal()
+    s3_proxy.come_back()
+    return Settings(
+        temporal_address=fault_endpoints.temporal_address,
+        temporal_ui_url=fault_endpoints.temporal_ui_url,
+        pulsar_url=fault_endpoints.pulsar_url,
+        pulsar_admin_url=fault_endpoints.pulsar_admin_url,
+        zookeeper=fault_endpoints.zookeeper,
+        s3_endpoint=s3_proxy.url,
+        offload_bucket=fault_endpoints.offload_bucket,
+        topic=f"persistent://pulsar/system/__ledger_deletion_fault_{run}",
+        task_queue_prefix=f"ld-fault-{run}",
+        # Retries outlast every fault these tests inject (≤ ~15 s): a transient fault must end in deletion,
+        # never in the dead-letter topic.
+        max_attempts=12,
+        retry_initial_seconds=0.3,
+        retry_max_interval_seconds=3.0,
+        activity_timeout_seconds=20,
+        zookeeper_timeout_seconds=5,
+        in_use_rechecks=3,
+        in_use_recheck_seconds=1.5,
+        ack_schedule_to_start_seconds=4,
+        shutdown_grace_seconds=2,
+    )
+
+
+@pytest.fixture(scope="session")
+async def fault_client(fault_endpoints: StackEndpoints) -> Client:
+    return await Client.connect(fault_endpoints.temporal_address)
+
+
+@pytest.fixture(scope="session")
+def fault_zk(fault_endpoints: StackEndpoints) -> Iterator[Any]:
+    client = fault_endpoints.zookeeper_client()
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def fault_s3(fault_endpoints: StackEndpoints) -> Any:
+    return fault_endpoints.s3_client()
+
+
+@pytest.fixture
+def cluster(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> SimulatedCluster:
+    # No cleanup: the private stack belongs to these tests, and what a test leaves behind is evidence.
+    return SimulatedCluster(fault_zk, fault_s3, bucket=fault_endpoints.offload_bucket)
+
+
+@pytest.fixture
+async def pools(fault_settings: Settings, fault_stack: Stack) -> AsyncIterator[PoolSet]:
+    """The four pools, one process each (killable with SIGKILL), against this test's topic and queues."""
+    pool_set = PoolSet(
+        fault_settings,
+        fault_stack.state_dir / "logs" / fault_settings.task_queue_prefix,
+        extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
+    )
+    import asyncio
+
+    await asyncio.to_thread(pool_set.start)
+    try:
+        yield pool_set
+    finally:
+        await asyncio.to_thread(pool_set.stop)

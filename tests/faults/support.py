@@ -1,0 +1,84 @@
+"""One batch under one fault, then every promise of the service checked from outside.
+
+The promises (issue 5): a referenced or mismatching ledger is never deleted; every eligible ledger is
+deleted; every request ends acked or dead-lettered; no workflow is left running; nothing crashes on input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from devstack.faults import PoolSet, count_redeliverable, read_dead_letters
+from ledger_deletion.contracts import DeletionResult
+from ledger_deletion.settings import Settings
+from ledger_deletion.soak import Batch, build_batch, publish_batch, run_marks, settle, wait_quiet
+from ledger_deletion.submit import RequestPublisher
+
+# "No workflow stuck": every workflow of a batch must close within this many seconds of publishing, faults
+# included. Generous for a loaded 2-core CI machine; a stuck workflow never closes at all.
+CLOSE_BOUND_SECONDS = 150.0
+
+
+@dataclass
+class Report:
+    batch: Batch
+    results: dict[str, DeletionResult]
+    unexpected: dict[str, str]
+    still_running: list[str]
+    unacked: int
+    dead_letters: list[Any]
+    storage_problems: list[str]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def assert_promises(self) -> None:
+        assert self.unexpected == {}, self.unexpected
+        assert self.storage_problems == [], self.storage_problems
+        assert self.still_running == [], f"workflows still running: {self.still_running}"
+        assert self.unacked == 0, f"{self.unacked} message(s) never acked"
+        letters = {m.data() for m in self.dead_letters}
+        missing = [g for g in self.batch.garbage if g not in letters]
+        assert missing == [], f"{len(missing)} undecodable payload(s) not in the DLQ"
+        assert all(m.properties().get("ledger-deletion.reason") for m in self.dead_letters)
+        assert self.seconds < CLOSE_BOUND_SECONDS, f"batch took {self.seconds:.0f} s"
+
+
+async def run_batch(
+    client: Client,
+    settings: Settings,
+    pools: PoolSet,
+    cluster: SimulatedCluster,
+    fault: Callable[[], Awaitable[Any]] | None = None,
+    *,
+    units: int = 2,
+    seed: int = 0,
+) -> Report:
+    """Build a batch, publish it with ``fault`` running alongside, wait for everything to close, then stop
+    the pools and measure what is left unacked on the subscription."""
+    rng = random.Random(seed)
+    batch = await asyncio.to_thread(build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units)
+    began = time.monotonic()
+    fault_task = asyncio.create_task(fault()) if fault is not None else None
+    with RequestPublisher(settings) as publisher:
+        await asyncio.to_thread(publish_batch, batch, publisher, rng)
+    await run_marks(batch, time.monotonic())
+    if fault_task is not None:
+        await fault_task
+    results, unexpected = await settle(client, batch, timeout=CLOSE_BOUND_SECONDS)
+    # Redelivered copies may start late runs (ALREADY_DELETED): wait until nothing runs any more.
+    still = await wait_quiet(client, settings, timeout=60, quiet=2.0)
+    seconds = time.monotonic() - began
+    await asyncio.to_thread(pools.stop)
+    unacked = await asyncio.to_thread(count_redeliverable, settings, 3.0)
+    letters = await asyncio.to_thread(read_dead_letters, settings, 1.0, len(batch.garbage), 30.0)
+    _, _, problems = await asyncio.to_thread(batch.storage_report)
+    return Report(batch, results, unexpected, still, unacked, letters, problems, seconds)
