@@ -264,6 +264,13 @@ class Stack:
             )
         return rows
 
+    def pid(self, service: str) -> int | None:
+        """The pid of this stack's live process for ``service`` (one of :data:`SERVICES`), else None."""
+        services = {s.name: s for s in self._services()}
+        if service not in services:
+            raise ValueError(f"unknown service {service!r}; one of {', '.join(SERVICES)}")
+        return self._pid(services[service])
+
     def log_file(self, service: str) -> Path:
         return self.state_dir / "logs" / f"{service}.log"
 

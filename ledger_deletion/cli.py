@@ -164,4 +164,10 @@ _mount_optional()
 
 
 def main() -> None:
-    app()
+    from ledger_deletion.errors import LedgerDeletionError
+
+    try:
+        app()
+    except LedgerDeletionError as exc:
+        errors.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger_deletion.errors import ConfigurationError
@@ -118,9 +118,31 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Read the environment once. Call only at the edge (CLI commands, worker ``main``)."""
-    settings = Settings()
+    """Read the environment once. Call only at the edge (CLI commands, worker ``main``).
+
+    Raises:
+        ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``.
+    """
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            field = str(error["loc"][0]) if error["loc"] else "?"
+            problems.append(f"{env_name(field)}: {error['msg']}")
+        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
     return settings.with_overrides(**overrides) if overrides else settings
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a field."""
+    info = Settings.model_fields.get(field)
+    if info is None:
+        return field  # pydantic reports aliased fields by the alias that was set
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return f"LEDGER_DELETION_{field.upper()}"
 
 
 def seconds(value: float) -> timedelta:

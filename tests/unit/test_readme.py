@@ -26,3 +26,16 @@ def test_the_two_commands_exist_and_ci_runs_the_test_command() -> None:
     for script in ("scripts/demo", "scripts/test"):
         assert script in readme and os.access(ROOT / script, os.X_OK)
     assert "scripts/test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_bad_settings_name_the_variable(monkeypatch) -> None:
+    import pytest
+
+    from ledger_deletion.errors import ConfigurationError
+    from ledger_deletion.settings import load_settings
+
+    monkeypatch.setenv("LEDGER_DELETION_MAX_ATTEMPTS", "0")
+    monkeypatch.setenv("TEMPORAL_TLS", "maybe")
+    with pytest.raises(ConfigurationError, match="LEDGER_DELETION_MAX_ATTEMPTS") as info:
+        load_settings()
+    assert "TEMPORAL_TLS" in str(info.value)
