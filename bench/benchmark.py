@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -261,7 +262,7 @@ class Closed:
 async def wait_closed(client: Client, task_queue: str, count: int, timeout: float, what: str) -> None:
     query = f'TaskQueue = "{task_queue}" AND ExecutionStatus != "Running"'
     deadline = time.monotonic() + timeout
-    last, last_change = -1, time.monotonic()
+    last = -1
     while time.monotonic() < deadline:
         try:
             closed = (await client.count_workflows(query)).count
@@ -271,7 +272,7 @@ async def wait_closed(client: Client, task_queue: str, count: int, timeout: floa
         if closed >= count:
             return
         if closed != last:
-            last, last_change = closed, time.monotonic()
+            last = closed
             print(f"  {what}: {closed}/{count} closed", flush=True)
         await asyncio.sleep(1.0)
     raise TimeoutError(f"{what}: only {last}/{count} closed after {timeout} s")
@@ -703,6 +704,10 @@ def print_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="requests per run")
@@ -717,6 +722,7 @@ def main() -> None:
     parser.add_argument("--skip-half", action="store_true")
     parser.add_argument("--skip-faults", action="store_true")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, _interrupt)  # so ``finally`` blocks stop the pool processes we started
     report = asyncio.run(main_async(args))
     table = print_table(report)
     results = ROOT / "bench" / "results"

@@ -2,9 +2,10 @@
 
 :func:`plan_cluster` is pure: from a :class:`ClusterSpec` it builds every znode and object the cluster
 consists of (bytes made with the project's own encoders, exactly as a broker and BookKeeper write them)
-together with the :class:`GroundTruth` of what the reconcile job must find. :func:`write_plan` then writes the plan into a
-real ZooKeeper and S3 fast enough for 1,000,000 ledgers: ZooKeeper creates are batched into ``multi``
-transactions that are pipelined (many in flight on one session), objects are put from a thread pool.
+together with the :class:`GroundTruth` of what the reconcile job must find. :func:`write_plan` then
+writes the plan into a real ZooKeeper and S3 fast enough for 1,000,000 ledgers: ZooKeeper creates are
+batched into ``multi`` transactions that are pipelined (many in flight on one session), objects are put
+from a thread pool.
 
 Shape (per managed ledger = topic partition): a handful of data ledgers (the last one OPEN), the oldest of
 them offloaded on offloading topics (classic per-ledger keys; some with the BK copy already deleted; some as

@@ -70,26 +70,32 @@ def totals(rows: Sequence[ReportRow]) -> dict[str, tuple[int, int]]:
 
 
 def render_table(rows: Sequence[ReportRow], title: str = "Orphans found") -> Table:
-    """One line per (tenant, namespace, component, storage): candidates, report-only and excluded."""
-    cells: dict[tuple[str, str, str, str], dict[str, tuple[int, int]]] = defaultdict(dict)
+    """One line per (namespace, component, storage): candidates (count, bytes), report-only, excluded."""
+    cells: dict[tuple[str, str, str], dict[str, tuple[int, int]]] = defaultdict(dict)
     for row in rows:
-        cells[(row.tenant, row.namespace, row.component, row.storage)][row.status] = (row.count, row.bytes)
+        key = (row.namespace, row.component, row.storage)
+        count, size = cells[key].get(row.status, (0, 0))
+        cells[key][row.status] = (count + row.count, size + row.bytes)
+    sums = totals(rows)
     table = Table(title=title, show_footer=True)
-    table.add_column("tenant", footer="total")
-    table.add_column("namespace")
+    table.add_column("namespace", footer="total", overflow="fold")
     table.add_column("component")
     table.add_column("storage")
-    sums = totals(rows)
-    for status in ("candidate", "report-only", "excluded"):
-        count, size = sums.get(status, (0, 0))
-        table.add_column(status, justify="right", footer=str(count))
-        table.add_column(f"{status} bytes", justify="right", footer=human_bytes(size))
-    for (tenant, namespace, component, storage), by_status in sorted(cells.items()):
-        values: list[str] = []
-        for status in ("candidate", "report-only", "excluded"):
-            count, size = by_status.get(status, (0, 0))
-            values += [str(count) if count else "", human_bytes(size) if count else ""]
-        table.add_row(tenant, namespace, component, storage, *values)
+    table.add_column("candidates", justify="right", footer=str(sums.get("candidate", (0, 0))[0]))
+    table.add_column("bytes", justify="right", footer=human_bytes(sums.get("candidate", (0, 0))[1]))
+    table.add_column("report-only", justify="right", footer=str(sums.get("report-only", (0, 0))[0]))
+    table.add_column("excluded", justify="right", footer=str(sums.get("excluded", (0, 0))[0]))
+    for (namespace, component, storage), by_status in sorted(cells.items()):
+        count, size = by_status.get("candidate", (0, 0))
+        table.add_row(
+            namespace,
+            component,
+            "bk" if storage == "bookkeeper" else storage,
+            str(count) if count else "",
+            human_bytes(size) if count else "",
+            str(by_status.get("report-only", (0, 0))[0] or ""),
+            str(by_status.get("excluded", (0, 0))[0] or ""),
+        )
     return table
 
 

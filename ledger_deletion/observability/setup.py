@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from temporalio.client import Client, Interceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
-from ledger_deletion.observability import metrics, tracing
+from ledger_deletion.observability import metrics, redaction, tracing
 from ledger_deletion.observability.interceptor import DeletionInterceptor
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
@@ -54,6 +54,7 @@ def interceptors(settings: Settings) -> list[Interceptor]:
 async def observed_client(settings: Settings, pools: Iterable[str]) -> Client:
     """Install metrics and tracing for this process and connect a Temporal client that carries them."""
     names = sorted(set(pools))
+    redaction.install(settings)  # before any client logs: libraries may print credentials at DEBUG
     if settings.metrics_port:
         metrics.install(settings.metrics_port, settings.metrics_host)
         log.info("metrics on :%d/metrics", metrics.serving_port() or 0)

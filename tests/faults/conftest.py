@@ -8,6 +8,7 @@ own deletion topic and task queues, so a test only ever sees its own messages an
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -71,20 +72,19 @@ def s3_proxy(fault_endpoints: StackEndpoints) -> Iterator[S3FaultProxy]:
     proxy.stop()
 
 
-@pytest.fixture
-def fault_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> Settings:
-    """Per-test topic and task queues; the service reaches S3 through the fault proxy."""
+def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Settings:
+    """A fresh topic and task queues; the service reaches S3 through the fault proxy."""
     run = uuid.uuid4().hex[:8]
-    s3_proxy.heal()
-    s3_proxy.come_back()
+    proxy.heal()
+    proxy.come_back()
     return Settings(
-        temporal_address=fault_endpoints.temporal_address,
-        temporal_ui_url=fault_endpoints.temporal_ui_url,
-        pulsar_url=fault_endpoints.pulsar_url,
-        pulsar_admin_url=fault_endpoints.pulsar_admin_url,
-        zookeeper=fault_endpoints.zookeeper,
-        s3_endpoint=s3_proxy.url,
-        offload_bucket=fault_endpoints.offload_bucket,
+        temporal_address=endpoints.temporal_address,
+        temporal_ui_url=endpoints.temporal_ui_url,
+        pulsar_url=endpoints.pulsar_url,
+        pulsar_admin_url=endpoints.pulsar_admin_url,
+        zookeeper=endpoints.zookeeper,
+        s3_endpoint=proxy.url,
+        offload_bucket=endpoints.offload_bucket,
         topic=f"persistent://pulsar/system/__ledger_deletion_fault_{run}",
         task_queue_prefix=f"ld-fault-{run}",
         # Retries outlast every fault these tests inject (≤ ~15 s): a transient fault must end in deletion,
@@ -99,6 +99,18 @@ def fault_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> S
         ack_schedule_to_start_seconds=4,
         shutdown_grace_seconds=2,
     )
+
+
+@pytest.fixture
+def fault_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> Settings:
+    """Per-test topic and task queues."""
+    return make_fault_settings(fault_endpoints, s3_proxy)
+
+
+@pytest.fixture(scope="module")
+def module_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> Settings:
+    """Per-module topic and task queues (for tests that share one set of pool processes)."""
+    return make_fault_settings(fault_endpoints, s3_proxy)
 
 
 @pytest.fixture(scope="session")
@@ -125,16 +137,17 @@ def cluster(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> Si
     return SimulatedCluster(fault_zk, fault_s3, bucket=fault_endpoints.offload_bucket)
 
 
-@pytest.fixture
-async def pools(fault_settings: Settings, fault_stack: Stack) -> AsyncIterator[PoolSet]:
-    """The four pools, one process each (killable with SIGKILL), against this test's topic and queues."""
+@pytest.fixture(scope="module")
+async def pool_processes(module_settings: Settings, fault_stack: Stack) -> AsyncIterator[PoolSet]:
+    """The four pools, one process each (killable with SIGKILL), on the module's topic and queues.
+
+    Starting four Python processes costs ~10 s on two cores, so the tests of a module share them.
+    """
     pool_set = PoolSet(
-        fault_settings,
-        fault_stack.state_dir / "logs" / fault_settings.task_queue_prefix,
+        module_settings,
+        fault_stack.state_dir / "logs" / module_settings.task_queue_prefix,
         extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
     )
-    import asyncio
-
     await asyncio.to_thread(pool_set.start)
     try:
         yield pool_set

@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
-from devstack.faults import PoolSet, count_redeliverable, read_dead_letters
+from devstack.faults import count_redeliverable, read_dead_letters
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from ledger_deletion.soak import Batch, build_batch, publish_batch, run_marks, settle, wait_quiet
@@ -34,13 +34,21 @@ class Report:
     results: dict[str, DeletionResult]
     unexpected: dict[str, str]
     still_running: list[str]
-    unacked: int
-    dead_letters: list[Any]
     storage_problems: list[str]
     seconds: float
-    notes: list[str] = field(default_factory=list)
+    unacked: int | None = None  # measured by finish(), once no pool consumes any more
+    dead_letters: list[Any] = field(default_factory=list)
+
+    async def finish(self, settings: Settings) -> Report:
+        """Measure acks and dead letters from outside. Call after the pools stopped consuming."""
+        self.unacked = await asyncio.to_thread(count_redeliverable, settings, 3.0)
+        self.dead_letters = await asyncio.to_thread(
+            read_dead_letters, settings, 1.0, len(self.batch.garbage), 30.0
+        )
+        return self
 
     def assert_promises(self) -> None:
+        assert self.unacked is not None, "finish() first"
         assert self.unexpected == {}, self.unexpected
         assert self.storage_problems == [], self.storage_problems
         assert self.still_running == [], f"workflows still running: {self.still_running}"
@@ -55,15 +63,14 @@ class Report:
 async def run_batch(
     client: Client,
     settings: Settings,
-    pools: PoolSet,
     cluster: SimulatedCluster,
     fault: Callable[[], Awaitable[Any]] | None = None,
     *,
     units: int = 2,
     seed: int = 0,
 ) -> Report:
-    """Build a batch, publish it with ``fault`` running alongside, wait for everything to close, then stop
-    the pools and measure what is left unacked on the subscription."""
+    """Build a batch, publish it with ``fault`` running alongside, and wait until every workflow closed and
+    storage can be checked. Acks and dead letters are measured by :meth:`Report.finish` afterwards."""
     rng = random.Random(seed)
     batch = await asyncio.to_thread(build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units)
     began = time.monotonic()
@@ -77,8 +84,5 @@ async def run_batch(
     # Redelivered copies may start late runs (ALREADY_DELETED): wait until nothing runs any more.
     still = await wait_quiet(client, settings, timeout=60, quiet=2.0)
     seconds = time.monotonic() - began
-    await asyncio.to_thread(pools.stop)
-    unacked = await asyncio.to_thread(count_redeliverable, settings, 3.0)
-    letters = await asyncio.to_thread(read_dead_letters, settings, 1.0, len(batch.garbage), 30.0)
     _, _, problems = await asyncio.to_thread(batch.storage_report)
-    return Report(batch, results, unexpected, still, unacked, letters, problems, seconds)
+    return Report(batch, results, unexpected, still, problems, seconds)

@@ -1,4 +1,4 @@
-"""No secret ever reaches a log line, a search attribute, a span attribute, a metric or a dead letter (item 6).
+"""No secret ever reaches a log line, search attribute, span attribute, metric or dead letter (item 6).
 
 The pools run with every secret the embedded stack can accept: a Pulsar token (client and admin REST) and a
 ZooKeeper digest. A Temporal API key forces TLS, which the dev server does not speak, so it is checked at the
@@ -11,11 +11,13 @@ import logging
 import uuid
 
 import pytest
+from pydantic import SecretStr
 from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from devstack.stack import StackEndpoints
 from ledger_deletion.contracts import Outcome
+from ledger_deletion.observability import redaction
 from ledger_deletion.observability.setup import interceptors
 from ledger_deletion.ops.dlq import read_dead_letters
 from ledger_deletion.settings import Settings
@@ -49,10 +51,12 @@ async def test_no_secret_in_logs_search_attributes_spans_metrics_or_dead_letters
         topic=f"persistent://pulsar/system/__ledger_deletion_sec_{run}",
         task_queue_prefix=f"ld-sec-{run}",
         tenant_topics="",
-        pulsar_token=token,
-        zookeeper_digest=f"deleter:{digest_password}",
+        # model_copy does not validate: pass the SecretStr the environment would have produced.
+        pulsar_token=SecretStr(token),
+        zookeeper_digest=SecretStr(f"deleter:{digest_password}"),
     )
     caplog.set_level(logging.DEBUG)
+    redaction.install(settings)  # what observed_client() does in every worker process
     client = await Client.connect(stack.temporal_address, interceptors=interceptors(settings))
     tenant = f"sec-{run}"
     _, requests = orphan_requests(cluster, tenant)
@@ -60,10 +64,7 @@ async def test_no_secret_in_logs_search_attributes_spans_metrics_or_dead_letters
         with RequestPublisher(settings) as publisher:
             for request in requests:
                 publisher.publish(
-                    request,
-                    {
-                        "traceparent": f"00-{uuid.uuid4().hex}{uuid.uuid4().hex[:0]}-{uuid.uuid4().hex[:16]}-01"
-                    },
+                    request, {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-01"}
                 )
             publisher.publish_raw(b"\x01definitely not avro", {"origin": "security-test"})
         results = await results_of(client, requests)

@@ -1,0 +1,84 @@
+"""Stack services failing under a batch: ZooKeeper stopped, the Temporal dev server and pulsar-lite killed.
+
+Last module of the fault tests (``zz``): these disrupt the (private) stack for everyone using it, so each
+test restores the service and waits until the whole stack is healthy again before it checks anything.
+The pools run in this process and survive the outage: the Temporal client and the Pulsar client reconnect,
+kazoo reconnects, and every failed step is retried by Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from devstack.faults import ServiceControl
+from ledger_deletion.settings import Settings
+from tests.conftest import running_pools
+from tests.faults.support import run_batch
+
+pytestmark = pytest.mark.stack
+
+
+async def test_zookeeper_stopped_longer_than_a_retry_interval(
+    fault_client: Client, fault_settings: Settings, services: ServiceControl, cluster: SimulatedCluster
+) -> None:
+    # retry_max_interval_seconds is 3 s: an 8 s outage spans several retries of verify/delete.
+    assert fault_settings.retry_max_interval_seconds < 8.0
+
+    async def fault() -> None:
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(services.stop, "zookeeper")
+        await asyncio.sleep(8.0)
+        await asyncio.to_thread(services.start)
+
+    try:
+        async with running_pools(fault_settings, fault_client):
+            report = await run_batch(fault_client, fault_settings, cluster, fault, units=1, seed=21)
+    finally:
+        await asyncio.to_thread(services.start)
+    await report.finish(fault_settings)
+    report.assert_promises()
+
+
+async def test_temporal_dev_server_killed_and_restarted_mid_batch(
+    fault_client: Client, fault_settings: Settings, services: ServiceControl, cluster: SimulatedCluster
+) -> None:
+    """kill -9 of the dev server (file database, WAL): histories, timers and task queues survive it."""
+
+    async def fault() -> None:
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(services.kill9, "temporal")
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(services.start)
+
+    try:
+        async with running_pools(fault_settings, fault_client):
+            report = await run_batch(fault_client, fault_settings, cluster, fault, units=1, seed=22)
+    finally:
+        await asyncio.to_thread(services.start)
+    await report.finish(fault_settings)
+    report.assert_promises()
+
+
+async def test_pulsar_lite_killed_and_restarted_mid_batch(
+    fault_client: Client, fault_settings: Settings, services: ServiceControl, cluster: SimulatedCluster
+) -> None:
+    """kill -9 of the broker: unacked messages are redelivered after it restarts; acks and dead letters
+    that failed meanwhile are retried."""
+
+    async def fault() -> None:
+        await asyncio.sleep(1.5)
+        await asyncio.to_thread(services.kill9, "pulsar")
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(services.start)
+
+    try:
+        async with running_pools(fault_settings, fault_client):
+            report = await run_batch(fault_client, fault_settings, cluster, fault, units=1, seed=23)
+    finally:
+        await asyncio.to_thread(services.start)
+    await report.finish(fault_settings)
+    report.assert_promises()

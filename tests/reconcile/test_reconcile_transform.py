@@ -1,0 +1,227 @@
+"""The pure transforms, on hand-made DataFrames (no ZooKeeper, no S3)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.testing import assertDataFrameEqual  # noqa: E402
+
+from reconcile import transform as T  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+CUTOFF = 1_000_000
+OLD, YOUNG = CUTOFF - 5_000, CUTOFF + 5_000
+ML = "public/default/persistent/orders-partition-1"
+UUID_A = "3f2a8c1e-9b7d-4e21-a5c3-0d9e8f7a6b5c"
+UUID_B = "11111111-2222-4333-8444-555555555555"
+UUID_C = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+
+
+def ledger(ledger_id: int, custom: dict[str, str] | None, **over: Any) -> dict[str, Any]:
+    tags = custom or {}
+    row: dict[str, Any] = {
+        "ledger_id": ledger_id,
+        "path": f"/ledgers/00/0000/L{ledger_id:04d}",
+        "format_version": 3,
+        "application": tags.get("application"),
+        "component": tags.get("component"),
+        "managed_ledger": tags.get("pulsar/managed-ledger"),
+        "cursor_name": tags.get("pulsar/cursor"),
+        "schema_id": tags.get("pulsar/schemaId"),
+        "compacted_topic": tags.get("pulsar/compactedTopic"),
+        "custom": tags,
+        "length": 100 * ledger_id,
+        "state": "CLOSED",
+        "ctime_ms": OLD,
+        "mtime_ms": OLD,
+        "md_ctime_ms": None,
+        "parse_error": None,
+    }
+    row.update(over)
+    return row
+
+
+def data_tags(ml: str = ML) -> dict[str, str]:
+    return {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
+
+
+def frames(spark: Any, bk: list[dict[str, Any]], refs: list[tuple[Any, ...]] = (), ctxs: list[tuple[Any, ...]] = (),
+           objs: list[tuple[Any, ...]] = ()) -> tuple[Any, Any, Any, Any]:  # type: ignore[assignment]
+    return (
+        spark.createDataFrame(bk, T.BK_LEDGERS_SCHEMA),
+        spark.createDataFrame(list(refs), T.REFERENCES_SCHEMA),
+        spark.createDataFrame(list(ctxs), T.OFFLOAD_CONTEXTS_SCHEMA),
+        spark.createDataFrame(list(objs), T.OFFLOAD_OBJECTS_SCHEMA),
+    )
+
+
+def by_id(df: Any) -> dict[int, tuple[str, str | None]]:
+    return {r["ledger_id"]: (r["status"], r["reason"]) for r in df.collect()}
+
+
+def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
+    bk, refs, ctxs, _ = frames(
+        spark,
+        [
+            ledger(1, data_tags()),  # referenced by the ledger list
+            ledger(2, data_tags()),  # referenced only as a cursor ledger of another owner: still referenced
+            ledger(3, data_tags()),  # referenced only through an offload context
+            ledger(10, data_tags()),
+            ledger(11, {**data_tags(), "pulsar/cursor": "my-sub"}),
+            ledger(12, {"application": "pulsar", "component": "schema", "pulsar/schemaId": "public/default/orders"}),
+            ledger(13, {"application": "pulsar", "component": "compacted-ledger",
+                        "pulsar/compactedTopic": "persistent://public/default/orders"}),
+            ledger(14, {"application": "bookkeeper-table-service"}),
+            ledger(15, None),
+            ledger(16, None, format_version=None, parse_error="not BookKeeper ledger metadata"),
+            ledger(17, data_tags(), ctime_ms=YOUNG, mtime_ms=YOUNG),
+            ledger(18, data_tags(), md_ctime_ms=YOUNG),  # metadata ctime is later than the znode's: young
+            ledger(19, data_tags(), state="OPEN", mtime_ms=YOUNG),
+            ledger(20, data_tags(), state="OPEN"),  # old and untouched: a candidate like any other
+            ledger(21, data_tags("public/default/persistent/broken")),  # owner record unreadable
+            ledger(22, {"application": "pulsar", "component": "managed-ledger", "psr/managed-ledger": ML}),
+            ledger(23, {"application": "pulsar", "component": "mystery"}),
+        ],
+        refs=[(1, "data", ML, None), (2, "cursor", "other/ns/persistent/t", "s"), (-1, "unreadable",
+              "public/default/persistent/broken", None)],
+        ctxs=[(3, UUID_A, "ledger", ML, "b", True)],
+    )
+    findings = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF)
+    assert by_id(findings) == {
+        10: ("candidate", None),
+        11: ("candidate", None),
+        12: ("candidate", None),
+        13: ("report-only", "compacted-ledger-has-no-request-type"),
+        14: ("excluded", "not-pulsar"),
+        15: ("excluded", "no-application-tag"),
+        16: ("excluded", "unparseable-metadata"),
+        17: ("excluded", "too-young"),
+        18: ("excluded", "too-young"),
+        19: ("excluded", "open-recently-modified"),
+        20: ("candidate", None),
+        21: ("excluded", "owner-metadata-unreadable"),
+        22: ("candidate", None),
+        23: ("excluded", "unknown-component"),
+    }
+    expected = spark.createDataFrame(
+        [
+            (10, "data", "MANAGED_LEDGER", "public/default/orders-partition-1", "public", "public/default", None,
+             None, 1000),
+            (11, "cursor", "MANAGED_CURSOR", "public/default/orders-partition-1", "public", "public/default",
+             "my-sub", None, 1100),
+            (12, "schema", "SCHEMA_STORAGE", "public/default/orders", "public", "public/default", None,
+             "public/default/orders", 1200),
+            (13, "compacted", None, "public/default/orders", "public", "public/default", None, None, 1300),
+        ],
+        "ledger_id long, component string, ledger_component string, topic_name string, tenant string, "
+        "namespace string, cursor_name string, schema_id string, bytes long",
+    )
+    actual = findings.where(F.col("ledger_id").isin(10, 11, 12, 13)).select(*expected.columns)
+    assertDataFrameEqual(actual, expected)
+
+
+def test_offload_findings_match_both_key_variants_and_group_objects(spark: Any) -> None:
+    _, refs, ctxs, objs = frames(
+        spark,
+        [],
+        refs=[(7, "data", ML, None), (8, "data", ML, None)],
+        ctxs=[(7, UUID_A, "ledger", ML, "b", True), (8, UUID_B, "segment", ML, "b", True)],
+        objs=[
+            ("b", f"{UUID_A}-ledger-7", 1000, OLD),  # live classic offload
+            ("b", f"{UUID_A}-ledger-7-index", 10, OLD),
+            ("b", UUID_B, 2000, OLD),  # live segment
+            ("b", f"{UUID_B}-index", 20, OLD),
+            ("b", f"{UUID_C}-ledger-9", 3000, OLD),  # orphan: one finding for both objects
+            ("b", f"{UUID_C}-ledger-9-index", 30, OLD - 10),
+            ("b", f"{UUID_C}-ledger-8", 50, OLD),  # other uuid of a referenced ledger (failed offload)
+            ("b", f"{UUID_A}-ledger-5", 60, YOUNG),  # known uuid, other ledger: unreferenced, but young
+            ("b", UUID_C, 70, OLD),  # segment nobody names
+            ("b", "README.txt", 5, OLD),
+        ],
+    )
+    findings = T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
+    rows = {tuple(r["keys"]): (r["status"], r["reason"], r["ledger_id"], r["bytes"]) for r in findings.collect()}
+    assert rows == {
+        (f"{UUID_C}-ledger-9", f"{UUID_C}-ledger-9-index"): ("candidate", None, 9, 3030),
+        (f"{UUID_C}-ledger-8",): ("excluded", "ledger-id-referenced", 8, 50),
+        (f"{UUID_A}-ledger-5",): ("excluded", "too-young", 5, 60),
+        (UUID_C,): ("report-only", "segment-ledger-unknown", None, 70),
+        ("README.txt",): ("excluded", "unrecognized-key", None, 5),
+    }
+    candidate = findings.where(F.col("status") == "candidate").first()
+    assert candidate is not None
+    assert (candidate["uuid"], candidate["variant"], candidate["ledger_type"], candidate["created_ms"]) == (
+        UUID_C, "ledger", "OFFLOAD_LEDGER", OLD
+    )
+
+
+def test_parse_object_keys(spark: Any) -> None:
+    objs = spark.createDataFrame(
+        [("b", f"{UUID_A}-ledger-12", 1, 0), ("b", f"{UUID_A}-ledger-12-index", 1, 0), ("b", f"{UUID_A}-index", 1, 0),
+         ("b", f"{UUID_A.upper()}-ledger-1", 1, 0), ("b", f"x{UUID_A}", 1, 0)],
+        T.OFFLOAD_OBJECTS_SCHEMA,
+    )
+    expected = spark.createDataFrame(
+        [(f"{UUID_A}-ledger-12", "ledger", UUID_A, 12), (f"{UUID_A}-ledger-12-index", "ledger", UUID_A, 12),
+         (f"{UUID_A}-index", "segment", UUID_A, None), (f"{UUID_A.upper()}-ledger-1", None, None, None),
+         (f"x{UUID_A}", None, None, None)],
+        "key string, variant string, uuid string, ledger_id long",
+    )
+    assertDataFrameEqual(T.parse_object_keys(objs).select("key", "variant", "uuid", "ledger_id"), expected)
+
+
+def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -> None:
+    bk, refs, ctxs, objs = frames(
+        spark,
+        [ledger(31, data_tags("acme/ns/persistent/from-bk"))],
+        objs=[
+            ("b", f"{UUID_A}-ledger-30", 10, OLD),
+            ("b", f"{UUID_A}-ledger-31", 10, OLD),
+            ("b", f"{UUID_A}-ledger-32", 10, OLD),
+        ],
+    )
+    raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF).unionByName(
+        T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
+    )
+    owners = spark.createDataFrame(
+        [("b", UUID_A, 30, "public/default/persistent/from-meta"), ("b", UUID_A, 32, None)],
+        T.OFFLOAD_OWNERS_SCHEMA,
+    )
+    findings = T.attach_offload_owners(raw, owners, bk)
+    assert list(findings.columns) == list(T.FINDINGS_COLUMNS)
+    got = {
+        (r["storage"], r["ledger_id"]): (r["topic_name"], r["tenant"], r["namespace"], r["status"], r["reason"])
+        for r in findings.collect()
+    }
+    assert got == {
+        ("offload", 30): ("public/default/from-meta", "public", "public/default", "candidate", None),
+        ("offload", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
+        ("offload", 32): (None, None, None, "report-only", "owner-unknown"),
+        ("bookkeeper", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
+    }
+
+
+def test_reconcile_tenant_filter_and_summary(spark: Any) -> None:
+    bk, refs, ctxs, objs = frames(
+        spark,
+        [ledger(40, data_tags("acme/ns/persistent/t")), ledger(41, data_tags()), ledger(42, data_tags()),
+         ledger(43, None)],
+    )
+    owners = spark.createDataFrame([], T.OFFLOAD_OWNERS_SCHEMA)
+    everything = T.reconcile(bk, refs, ctxs, objs, owners, cutoff_ms=CUTOFF)
+    assert sorted(r["ledger_id"] for r in everything.collect()) == [40, 41, 42, 43]
+    acme = T.reconcile(bk, refs, ctxs, objs, owners, cutoff_ms=CUTOFF, tenant="acme")
+    assert [r["ledger_id"] for r in acme.collect()] == [40]
+    expected = spark.createDataFrame(
+        [(None, None, "unknown", "bookkeeper", "excluded", 1, 4300),
+         ("acme", "acme/ns", "data", "bookkeeper", "candidate", 1, 4000),
+         ("public", "public/default", "data", "bookkeeper", "candidate", 2, 8300)],
+        "tenant string, namespace string, component string, storage string, status string, count long, bytes long",
+    )
+    assertDataFrameEqual(T.summarize(everything), expected)

@@ -1,0 +1,174 @@
+"""Unit checks of operator-side pieces that need no stack: topic wiring, queries, redaction, tracing env."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pulsar
+import pytest
+
+from ledger_deletion.observability import redaction, tracing
+from ledger_deletion.observability.interceptor import RequestContext, context_of_input
+from ledger_deletion.observability.setup import pool_resolver
+from ledger_deletion.ops.deletions import visibility_query
+from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, DeadLetter, replay_properties
+from ledger_deletion.settings import Settings
+from ledger_deletion.tenancy import tenant_of_topic, tenant_topics, topic_patterns
+from workers.topics import CompositeConsumer, subscribe_all
+
+
+class FakeMessage:
+    def __init__(self, mid: str) -> None:
+        self._mid = mid
+
+    def message_id(self) -> str:
+        return self._mid
+
+
+class FakeConsumer:
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = [FakeMessage(m) for m in messages]
+        self.acked: list[str] = []
+
+    def receive(self, timeout_millis: int) -> FakeMessage:
+        if not self.messages:
+            raise pulsar.Timeout()
+        return self.messages.pop(0)
+
+    def acknowledge(self, message_id: str) -> None:
+        self.acked.append(message_id)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.subscriptions: list[tuple[Any, str, dict[str, Any]]] = []
+
+    def subscribe(self, topic: Any, subscription: str, **options: Any) -> FakeConsumer:
+        self.subscriptions.append((topic, subscription, options))
+        return FakeConsumer([])
+
+
+def test_system_topic_alone_is_one_plain_consumer() -> None:
+    client = FakeClient()
+    consumer = subscribe_all(client, Settings(), 100)  # type: ignore[arg-type]
+    assert isinstance(consumer, FakeConsumer)
+    assert client.subscriptions[0][0] == Settings().topic
+
+
+def test_tenant_topics_join_the_system_topic_and_patterns_get_their_own_consumer() -> None:
+    settings = Settings(
+        tenant_topics=" persistent://a/ns/__ledger_deletion, persistent://b/ns/__ledger_deletion ,",
+        topic_pattern="persistent://c/ns1/__ledger_deletion.* persistent://c/ns2/__ledger_deletion.*",
+    )
+    client = FakeClient()
+    consumer = subscribe_all(client, settings, 100)  # type: ignore[arg-type]
+    assert isinstance(consumer, CompositeConsumer)
+    topics = [s[0] for s in client.subscriptions]
+    assert topics[0] == [
+        settings.topic,
+        "persistent://a/ns/__ledger_deletion",
+        "persistent://b/ns/__ledger_deletion",
+    ]
+    assert [t.pattern for t in topics[1:]] == topic_patterns(settings)
+    assert all(isinstance(t, re.Pattern) for t in topics[1:])
+    assert {s[1] for s in client.subscriptions} == {settings.subscription}  # one Shared subscription
+    assert all(s[2]["consumer_type"] == pulsar.ConsumerType.Shared for s in client.subscriptions)
+
+
+def test_composite_consumer_acks_through_the_consumer_that_received() -> None:
+    first, second = FakeConsumer(["(1,0,-1,-1)"]), FakeConsumer(["(2,0,-1,-1)", "(3,0,-1,-1)"])
+    composite = CompositeConsumer([first, second])
+    received = [composite.receive(100).message_id() for _ in range(3)]
+    assert sorted(received) == ["(1,0,-1,-1)", "(2,0,-1,-1)", "(3,0,-1,-1)"]
+    with pytest.raises(pulsar.Timeout):
+        composite.receive(100)
+    for mid in received:
+        composite.acknowledge(mid)
+    assert first.acked == ["(1,0,-1,-1)"] and sorted(second.acked) == ["(2,0,-1,-1)", "(3,0,-1,-1)"]
+    with pytest.raises(KeyError):
+        composite.acknowledge("(9,9,-1,-1)")
+
+
+def test_tenancy_helpers() -> None:
+    settings = Settings(tenant_topics=f"{Settings().topic},persistent://t/ns/x")
+    assert tenant_topics(settings) == ["persistent://t/ns/x"]  # the system topic is not listed twice
+    assert tenant_of_topic("persistent://acme/ns/x") == "acme" and tenant_of_topic("acme/ns/x") == "acme"
+
+
+def test_visibility_query_quotes_values() -> None:
+    query = visibility_query(outcome="deleted", topic='a"b', tenant="t", running=True, ledger_id=5)
+    assert query == (
+        'WorkflowType = "LedgerDeletionWorkflow" AND DeletionOutcome = "DELETED" AND PulsarTopic = "a\\"b" '
+        'AND PulsarTenant = "t" AND ExecutionStatus = "Running" AND LedgerId = 5'
+    )
+
+
+def test_replay_keeps_original_properties_and_drops_the_diagnosis() -> None:
+    letter = DeadLetter(
+        message_id="(7,1,-1,-1)",
+        published_ms=0,
+        reason="boom",
+        failed_step="delete_bk_ledger",
+        attempts=3,
+        workflow_id="w",
+        ledger_id=7,
+        ledger_type="LEDGER",
+        topic="t/n/x",
+        tenant="t",
+        properties={"traceparent": "00-x", "ledger-deletion.reason": "boom", REPLAY_COUNT: "1"},
+    )
+    assert replay_properties(letter) == {
+        "traceparent": "00-x",
+        REPLAYED_FROM: "(7,1,-1,-1)",
+        REPLAY_COUNT: "2",
+    }
+
+
+def test_redaction_masks_every_secret_value_in_any_log_record(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    from pydantic import SecretStr
+
+    settings = Settings(pulsar_token=SecretStr("tok-abcdef"), zookeeper_digest=SecretStr("user:pa55word"))
+    assert sorted(redaction.secret_values(settings)) == ["pa55word", "tok-abcdef", "user:pa55word"]
+    redaction.install(settings)
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("kazoo.client").debug("Auth(scheme=%r, auth=%r)", "digest", "user:pa55word")
+        logging.getLogger("x").info("token tok-abcdef and pa55word")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Auth(scheme='digest', auth='***')",
+        "token *** and ***",
+    ]
+
+
+def test_otlp_export_follows_the_standard_variables() -> None:
+    assert not tracing.otlp_requested({})
+    assert tracing.otlp_requested({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://jaeger:4317"})
+    assert tracing.otlp_requested({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://jaeger:4317"})
+    assert not tracing.otlp_requested(
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://j:4317", "OTEL_TRACES_EXPORTER": "none"}
+    )
+
+
+def test_request_context_header_round_trip_and_pool_names() -> None:
+    context = RequestContext(1, "LEDGER", "MANAGED_LEDGER", "t/n/x", "t", "DELETED")
+    header = {"ledger-deletion-request": context.to_payload()}
+    assert RequestContext.from_headers(header) == context
+    assert RequestContext.from_headers({}) == RequestContext()
+    assert context_of_input(object()) == RequestContext()
+    settings = Settings(task_queue_prefix="p")
+    pool_of = pool_resolver(settings)
+    assert [
+        pool_of(q) for q in ("p-workflow", "p-bookkeeper", "p-offload", "p-pulsar", "p-pulsar-ack-h-1-x")
+    ] == [
+        "workflow",
+        "bookkeeper",
+        "offload",
+        "pulsar",
+        "pulsar",
+    ]
+    assert pool_of("other") == "unknown"
