@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from kazoo.client import KazooClient
     from mypy_boto3_s3 import S3Client
 
+    from ledger_deletion.settings import Settings
+
 log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
@@ -105,6 +107,20 @@ class StackEndpoints:
             zookeeper=f"{host}:{ports.zookeeper}",
             s3_endpoint=f"http://{host}:{ports.s3}",
         )
+
+    def settings(self, **overrides: Any) -> Settings:
+        """Service settings pointing at this stack (plus any overrides, e.g. a private topic for a test)."""
+        from ledger_deletion.settings import Settings
+
+        return Settings(
+            temporal_address=self.temporal_address,
+            temporal_ui_url=self.temporal_ui_url,
+            pulsar_url=self.pulsar_url,
+            pulsar_admin_url=self.pulsar_admin_url,
+            zookeeper=self.zookeeper,
+            s3_endpoint=self.s3_endpoint,
+            offload_bucket=self.offload_bucket,
+        ).with_overrides(**overrides)
 
     def as_env(self) -> dict[str, str]:
         """The environment that points the service (``ledger_deletion.settings``) at this stack."""

@@ -25,6 +25,15 @@ from ledger_deletion.contracts import DeletionResult, Outcome
 from ledger_deletion.settings import load_settings
 from ledger_deletion.submit import RequestPublisher
 
+ENDPOINT_FIELDS = {
+    "temporal_address",
+    "temporal_ui_url",
+    "pulsar_url",
+    "pulsar_admin_url",
+    "zookeeper",
+    "s3_endpoint",
+    "offload_bucket",
+}
 STYLE = {
     Outcome.DELETED: "green",
     Outcome.ALREADY_DELETED: "green",
@@ -51,22 +60,21 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         endpoints = await asyncio.to_thread(Stack(state_dir or default_state_dir()).up)
     for name, value in endpoints.as_env().items():
         os.environ.setdefault(name, value)  # boto3 and friends read the standard variables
-    settings = load_settings(
-        temporal_address=endpoints.temporal_address,
-        temporal_ui_url=endpoints.temporal_ui_url,
-        pulsar_url=endpoints.pulsar_url,
-        pulsar_admin_url=endpoints.pulsar_admin_url,
-        zookeeper=endpoints.zookeeper,
-        s3_endpoint=endpoints.s3_endpoint,
-        offload_bucket=endpoints.offload_bucket,
+    # The environment still applies (e.g. a private LEDGER_DELETION_TOPIC); the stack's endpoints win.
+    settings = load_settings().with_overrides(
+        **endpoints.settings().model_dump(include=ENDPOINT_FIELDS),
         in_use_rechecks=2,
         in_use_recheck_seconds=grace_seconds,
         retry_initial_seconds=0.5,
         retry_max_interval_seconds=5.0,
         ack_schedule_to_start_seconds=15.0,
     )
-    console.print(f"Temporal {settings.temporal_address} (UI {settings.temporal_ui_url}), Pulsar {settings.pulsar_url}")
-    console.print(f"ZooKeeper {settings.zookeeper}, S3 {settings.s3_endpoint}, admin {settings.pulsar_admin_url}")
+    console.print(
+        f"Temporal {settings.temporal_address} (UI {settings.temporal_ui_url}), Pulsar {settings.pulsar_url}"
+    )
+    console.print(
+        f"ZooKeeper {settings.zookeeper}, S3 {settings.s3_endpoint}, admin {settings.pulsar_admin_url}"
+    )
 
     console.rule("[bold]2. pools")
     stop = asyncio.Event()
@@ -82,7 +90,9 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
     try:
         cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
         with RequestPublisher(settings) as publisher:
-            scenario = await asyncio.to_thread(build_and_mark, cluster, namespace, publisher.publish, publisher.publish_raw)
+            scenario = await asyncio.to_thread(
+                build_and_mark, cluster, namespace, publisher.publish, publisher.publish_raw
+            )
         console.print(
             f"namespace {namespace}: {len(scenario.cases)} requests ({scenario.message_count} messages incl. "
             f"duplicates and garbage) published, topic metadata updated"
@@ -101,12 +111,14 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         problems = scenario.check_storage()
         wrong = [c for c in scenario.cases if results[c.request.workflow_id].outcome is not c.expected]
         dead = running.ingestor.stats.dead_lettered
+        verdict = "[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]"
         console.print(
-            f"storage: {len(scenario.ledgers_deleted)} ledgers and {len(scenario.objects_deleted)} objects gone, "
-            f"{len(scenario.ledgers_kept)} ledgers and {len(scenario.objects_kept)} objects kept: "
-            + ("[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]")
+            f"storage: {len(scenario.ledgers_deleted)} ledgers, {len(scenario.objects_deleted)} objects gone; "
+            f"{len(scenario.ledgers_kept)} ledgers, {len(scenario.objects_kept)} objects kept: {verdict}"
         )
-        console.print(f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}")
+        console.print(
+            f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}"
+        )
         console.print(f"messages left unacked: {unacked}")
         query = quote(f'PulsarNamespace="{namespace}"')
         console.print(
@@ -114,7 +126,9 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             f"{settings.temporal_namespace}/workflows?query={query}"
         )
         ok = not problems and not wrong and unacked == 0 and dead >= len(scenario.garbage)
-        console.print("[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]")
+        console.print(
+            "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
+        )
         return 0 if ok else 1
     finally:
         stop.set()
@@ -163,14 +177,21 @@ def _table(scenario: object, results: dict[str, DeletionResult]) -> Table:
     for case in scenario.cases:
         result = results[case.request.workflow_id]
         where = "BookKeeper" if case.request.ledger_type.value == "LEDGER" else "S3"
-        match = "[green]yes[/green]" if result.outcome is case.expected else f"[red]no, expected {case.expected}[/red]"
+        match = (
+            "[green]yes[/green]"
+            if result.outcome is case.expected
+            else f"[red]no, expected {case.expected}[/red]"
+        )
         detail = result.reason or ", ".join(result.deleted_keys)
         if case.copies > 1:
             detail = f"{case.copies} messages, {result.messages_acked} acked. {detail}".strip()
         style = STYLE[result.outcome]
         table.add_row(
-            str(case.request.ledger_id), where, case.label, f"[{style}]{result.outcome}[/{style}]", match, detail[:70]
+            str(case.request.ledger_id),
+            where,
+            case.label,
+            f"[{style}]{result.outcome}[/{style}]",
+            match,
+            detail[:70],
         )
     return table
-
-

@@ -22,12 +22,11 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
 from devstack.stack import Stack, StackEndpoints
+from devstack.stack import default_state_dir as _default_state_dir
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from workers.pools import RunningPools, run_pools
-
-from devstack.stack import default_state_dir as _default_state_dir
 
 
 @pytest.fixture(scope="session")
@@ -48,14 +47,7 @@ def session_id() -> str:
 
 @pytest.fixture(scope="session")
 def settings(stack: StackEndpoints, session_id: str) -> Settings:
-    return Settings(
-        temporal_address=stack.temporal_address,
-        temporal_ui_url=stack.temporal_ui_url,
-        pulsar_url=stack.pulsar_url,
-        pulsar_admin_url=stack.pulsar_admin_url,
-        zookeeper=stack.zookeeper,
-        s3_endpoint=stack.s3_endpoint,
-        offload_bucket=stack.offload_bucket,
+    return stack.settings(
         topic=f"persistent://pulsar/system/__ledger_deletion_test_{session_id}",
         task_queue_prefix=f"ld-test-{session_id}",
         max_attempts=4,
