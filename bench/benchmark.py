@@ -170,6 +170,7 @@ class Run:
     cluster: SimulatedCluster
     client: Client
     base_env: dict[str, str]
+    inflight: int = 1000  # received-not-acked messages per pulsar process; running workflows in C
 
     def settings_env(self, phase: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {
@@ -183,6 +184,7 @@ class Run:
             "LEDGER_DELETION_IN_USE_RECHECKS": "1",
             "LEDGER_DELETION_IN_USE_RECHECK_SECONDS": "1",
             "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "2",
+            "LEDGER_DELETION_INGEST_MAX_INFLIGHT": str(self.inflight),
         }
         return {**env, **(extra or {})}
 
@@ -522,19 +524,23 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
             proc.mark()
         stack_procs.mark()
         began = time.time()
-        slots = asyncio.Semaphore(32)
+        starting, running = asyncio.Semaphore(32), asyncio.Semaphore(run.inflight)
 
         async def start(index: int) -> None:
-            async with slots:
-                await run.client.start_workflow(
-                    TRIVIAL_WORKFLOW,
-                    args=[activities, f"{queue}-activities"],
-                    id=f"{queue}/{index}",
-                    task_queue=queue,
-                )
+            # As the ingest loop: at most 32 starts at a time, at most ``inflight`` workflows not closed.
+            async with running:
+                async with starting:
+                    handle = await run.client.start_workflow(
+                        TRIVIAL_WORKFLOW,
+                        args=[activities, f"{queue}-activities"],
+                        id=f"{queue}/{index}",
+                        task_queue=queue,
+                    )
+                await handle.result()
 
-        await asyncio.gather(*(start(i) for i in range(n)))
+        starts = asyncio.gather(*(start(i) for i in range(n)))
         await wait_closed(run.client, queue, n, timeout, "C")
+        await starts
         for proc in procs:
             proc.sample()
         servers = stack_procs.cpu()
@@ -579,7 +585,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     zk = endpoints.zookeeper_client()
     cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
     client = await Client.connect(endpoints.temporal_address)
-    run = Run(endpoints, run_id, logs, cluster, client, base_env)
+    run = Run(endpoints, run_id, logs, cluster, client, base_env, args.inflight)
     stack_procs = StackProcs.of(stack)
     report: dict[str, Any] = {
         "n": args.n,
@@ -587,6 +593,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_before": load_average(),
         "replicas": args.replicas,
+        "inflight": args.inflight,
     }
     n = args.n
 
@@ -715,6 +722,9 @@ def main() -> None:
     parser.add_argument("--fault-rate", type=float, default=0.2)
     parser.add_argument("--reconsume-seconds", type=float, default=1.0, help="B's reconsumeLater delay")
     parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
+    parser.add_argument(
+        "--inflight", type=int, default=1000, help="ingest max in-flight (A) and running workflows (C)"
+    )
     parser.add_argument("--half-seconds", type=float, default=60.0, help="length of the half-rate run")
     parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")
     parser.add_argument("--skip-b", action="store_true")

@@ -180,6 +180,147 @@ def load_truth(state: Path, size: int) -> GroundTruth:
     return truth
 
 
+def python_set_difference(extract_dir: Path, cutoff_ms: int) -> dict[str, Any]:
+    """The baseline: one Python process, pyarrow -> sets, the rules of the Spark transform (no owners)."""
+    import re
+
+    import pyarrow.parquet as pq
+
+    started = time.monotonic()
+    bk = pq.read_table(
+        extract_dir / "bk_ledgers",
+        columns=["ledger_id", "application", "component", "ctime_ms", "state", "mtime_ms", "parse_error"],
+    ).to_pydict()
+    refs = pq.read_table(extract_dir / "references", columns=["ledger_id"]).column("ledger_id").to_pylist()
+    ctx = pq.read_table(extract_dir / "offload_contexts", columns=["ledger_id", "uuid"]).to_pydict()
+    objs = pq.read_table(extract_dir / "offload_objects", columns=["key", "last_modified_ms"]).to_pydict()
+    referenced = set(refs) | set(ctx["ledger_id"])
+    ctx_pairs = set(zip(ctx["uuid"], ctx["ledger_id"], strict=True))
+    ctx_uuids = set(ctx["uuid"])
+    bk_candidates = 0
+    for i, ledger_id in enumerate(bk["ledger_id"]):
+        if ledger_id in referenced or bk["application"][i] != "pulsar" or bk["ctime_ms"][i] >= cutoff_ms:
+            continue
+        if bk["state"][i] != "CLOSED" and bk["mtime_ms"][i] >= cutoff_ms:
+            continue
+        if bk["component"][i] in ("managed-ledger", "schema"):
+            bk_candidates += 1
+    ledger_key = re.compile(r"^([0-9a-f-]{36})-ledger-([0-9]+)(-index)?$")
+    offload_groups: set[tuple[str, int]] = set()
+    for key, modified in zip(objs["key"], objs["last_modified_ms"], strict=True):
+        m = ledger_key.match(key)
+        if m is None:
+            continue
+        pair = (m.group(1), int(m.group(2)))
+        if pair not in ctx_pairs and pair[1] not in referenced and modified < cutoff_ms:
+            offload_groups.add(pair)
+    del ctx_uuids
+    return {
+        "seconds": time.monotonic() - started,
+        "bk_candidates": bk_candidates,
+        "offload_candidates": len(offload_groups),
+    }
+
+
+def measure(
+    entry: dict[str, Any], state: Path, zookeeper: str, s3_endpoint: str, spark: Any, compare_spark_scan: bool
+) -> dict[str, Any]:
+    from rich.console import Console
+
+    from ledger_deletion.request import LedgerType
+    from reconcile.extract import ExtractConfig, list_bk_units, spark_scan_bk_ledgers
+    from reconcile.job import JobConfig, run
+
+    size = entry["size"]
+    out = state / f"out-{size}"
+    if out.exists():
+        shutil.rmtree(out)
+    config = JobConfig(
+        extract=ExtractConfig(
+            zookeeper=zookeeper + entry["chroot"],
+            s3_endpoint=s3_endpoint,
+            buckets=(entry["bucket"],),
+            workers=2,
+        ),
+        out=out,
+        min_age_seconds=0,
+        master="local[2]",
+    )
+    quiet = Console(file=open(os.devnull, "w"), width=120)  # noqa: SIM115 - process lifetime
+    result = run(config, spark=spark, console=quiet, s3_client=s3_client(s3_endpoint))
+    truth = load_truth(state, size)
+    got_bk = {
+        r.ledger_id: r.ledger_component.value for r in result.requests if r.ledger_type is LedgerType.LEDGER
+    }
+    got_off = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.OFFLOAD_LEDGER}
+    correct = got_bk == truth.bk_candidates and got_off == {i for _, i in truth.offload_candidates}
+    baseline = python_set_difference(out / "extract", result.cutoff_ms)
+    row: dict[str, Any] = {
+        "size": size,
+        "bk_ledgers": result.extract.rows.get("bk_ledgers", 0),
+        "objects": result.extract.rows.get("offload_objects", 0),
+        "references": result.extract.rows.get("references", 0),
+        "extract_s": result.timings["extract"],
+        "extract_bk_s": result.timings.get("extract_bk_ledgers", 0.0),
+        "extract_objects_s": result.timings.get("extract_offload_objects", 0.0),
+        "extract_refs_s": result.timings.get("extract_references", 0.0),
+        "reconcile_s": result.timings["reconcile"],
+        "outputs_s": result.timings["outputs"],
+        "candidates": len(result.requests),
+        "correct": correct,
+        "python_s": baseline["seconds"],
+        "python_candidates": baseline["bk_candidates"] + baseline["offload_candidates"],
+    }
+    if compare_spark_scan:
+        ex = config.extract
+        started = time.monotonic()
+        units = list_bk_units(ex)
+        rows = spark_scan_bk_ledgers(spark, ex, units).count()
+        row["spark_scan_s"] = time.monotonic() - started
+        row["spark_scan_rows"] = rows
+    return row
+
+
+def print_table(rows: list[dict[str, Any]], spark_start_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"reconcile benchmark (Spark local[2]; JVM start {spark_start_s:.1f} s not included)")
+    for col in (
+        "ledgers",
+        "objects",
+        "extract s (bk/obj/refs)",
+        "extract ledgers/s",
+        "reconcile s (Spark)",
+        "reconcile ledgers/s",
+        "python set-diff s",
+        "candidates (python)",
+        "exact",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        items = r["bk_ledgers"] + r["objects"]
+        table.add_row(
+            f"{r['bk_ledgers']:,}",
+            f"{r['objects']:,}",
+            f"{r['extract_s']:.1f} "
+            f"({r['extract_bk_s']:.1f}/{r['extract_objects_s']:.1f}/{r['extract_refs_s']:.1f})",
+            f"{r['bk_ledgers'] / max(r['extract_bk_s'], 1e-9):,.0f}",
+            f"{r['reconcile_s']:.1f}",
+            f"{items / max(r['reconcile_s'], 1e-9):,.0f}",
+            f"{r['python_s']:.1f}",
+            f"{r['candidates']:,} ({r['python_candidates']:,})",
+            "yes" if r["correct"] else "NO",
+        )
+    Console(width=160).print(table)
+    for r in rows:
+        if "spark_scan_s" in r:
+            print(
+                f"BK scan of {r['bk_ledgers']:,} ledgers: parallel exporter {r['extract_bk_s']:.1f} s "
+                f"vs kazoo in Spark tasks {r['spark_scan_s']:.1f} s ({r['spark_scan_rows']:,} rows)"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -194,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument(
+        "--compare-spark-scan", action="store_true", help="also time kazoo inside Spark tasks"
+    )
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     state: Path = args.state_dir
@@ -208,9 +353,23 @@ def main(argv: list[str] | None = None) -> int:
         entries.append(entry)
     if args.generate_only:
         return 0
-    from bench_measure import run_all  # type: ignore[import-not-found]  # noqa: PLC0415 - placeholder
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    from reconcile.job import spark_session
 
-    return int(run_all(entries))
+    started = time.monotonic()
+    spark = spark_session("local[2]", shuffle_partitions=8)
+    spark.range(1).count()
+    spark_start_s = time.monotonic() - started
+    rows = []
+    for entry in entries:
+        row = measure(entry, state, zookeeper, s3_endpoint, spark, args.compare_spark_scan)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    print_table(rows, spark_start_s)
+    if args.json:
+        args.json.write_text(json.dumps({"spark_start_s": spark_start_s, "rows": rows}, indent=2))
+    return 0 if all(r["correct"] for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from devstack.stack import Stack
+from devstack.stack import _alive as _stack_alive  # pid liveness incl. reaping our own children
 from ledger_deletion.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -275,7 +276,11 @@ class ServiceControl:
             else:
                 os.kill(pid, sig)
         deadline = time.monotonic() + timeout
-        while self.pid(name) is not None:
+        service = next(s for s in self.stack._services() if s.name == name)
+        # Not self.pid(): a dying process's cmdline is already empty, so it stops "matching" while it still
+        # holds its ports. Wait for the process itself to be gone (reaped, if it is our child) and for its
+        # ports to close, or the restart finds them busy.
+        while _stack_alive(pid) or service.is_listening():
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{name} (pid {pid}) still alive {timeout:.0f} s after signal {sig}")
             time.sleep(0.1)

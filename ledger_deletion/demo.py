@@ -112,9 +112,10 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         wrong = [c for c in scenario.cases if results[c.request.workflow_id].outcome is not c.expected]
         dead = running.ingestor.stats.dead_lettered
         verdict = "[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]"
+        deleted, kept = scenario.ledgers_deleted, scenario.ledgers_kept
         console.print(
-            f"storage: {len(scenario.ledgers_deleted)} ledgers, {len(scenario.objects_deleted)} objects gone; "
-            f"{len(scenario.ledgers_kept)} ledgers, {len(scenario.objects_kept)} objects kept: {verdict}"
+            f"storage: {len(deleted)} ledgers, {len(scenario.objects_deleted)} objects gone; "
+            f"{len(kept)} ledgers, {len(scenario.objects_kept)} objects kept: {verdict}"
         )
         console.print(
             f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}"

@@ -371,6 +371,19 @@ class FaultKit:
         return self.rng.choice(faults)
 
 
+async def _restore(kit: FaultKit) -> None:
+    """Every service healthy and the S3 proxy serving again, whatever the fault left behind."""
+    kit.proxy.heal()
+    kit.proxy.come_back()
+    for attempt in range(10):
+        try:
+            await asyncio.to_thread(kit.services.start)
+            return
+        except Exception as exc:  # a port still closing, a slow start: try again
+            log.warning("restoring the stack failed (attempt %d): %s", attempt + 1, exc)
+            await asyncio.sleep(3.0)
+
+
 # --- the soak -----------------------------------------------------------------------------------------------
 
 
@@ -386,6 +399,7 @@ class SoakCounts:
     left_orphaned: int = 0
     unexpected_outcomes: int = 0
     stuck: int = 0
+    injector_errors: int = 0
 
     def line(self) -> str:
         return (
@@ -485,7 +499,12 @@ async def run_soak(
                 sent = await asyncio.to_thread(publish_batch, batch, publisher, rng)
             counts.requests += sent
             await run_marks(batch, time.monotonic())
-            what = await fault_task
+            try:
+                what = await fault_task
+            except Exception as exc:  # the injector itself failed: say so, restore the stack, carry on
+                what = f"fault {fault.__name__} failed: {type(exc).__name__}: {exc}"[:300]
+                counts.injector_errors += 1
+            await _restore(kit)
             try:
                 results, wrong = await settle(client, batch, timeout=240)
             except TimeoutError as exc:
@@ -523,6 +542,7 @@ async def run_soak(
     zk.close()
     echo(
         f"rounds={round_no} unexpected_outcomes={counts.unexpected_outcomes} stuck_workflows={counts.stuck} "
+        f"injector_errors={counts.injector_errors} "
         f"s3_proxy_requests={proxy.requests} s3_injected_errors={proxy.failed}"
     )
     echo(counts.line())
@@ -545,6 +565,8 @@ def soak(
     from devstack.stack import default_state_dir
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The soak stops ZooKeeper on purpose: kazoo's reconnect warnings would bury the round summaries.
+    logging.getLogger("kazoo").setLevel(logging.ERROR)
     directory = state_dir or default_state_dir().with_name("soak-stack")
 
     def echo(text: str) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -116,8 +117,12 @@ def spark_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    builder = SparkSession.builder
+    if master.startswith("local"):
+        # Python workers (only the kazoo-in-Spark scan uses them) must run this interpreter, with its packages.
+        builder = builder.config("spark.pyspark.python", sys.executable)
     spark = (
-        SparkSession.builder.master(master)
+        builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))

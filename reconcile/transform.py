@@ -256,7 +256,7 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
             F.lit("bookkeeper").alias("storage"),
             "ledger_id",
             "component",
-            mapping.getItem(component).alias("ledger_component"),
+            mapping[component].alias("ledger_component"),
             F.lit("LEDGER").alias("ledger_type"),
             "topic_name",
             "tenant",

@@ -163,7 +163,7 @@ async def run_pools(
             consumer = await asyncio.to_thread(
                 subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
             )
-            metrics.current().observe_pending_acks("pulsar", pending.__len__)
+            stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
             stack.callback(_close_quietly, consumer)
             running.ingestor = Ingestor(
                 temporal=temporal,

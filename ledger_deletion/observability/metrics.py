@@ -73,8 +73,14 @@ class Metrics:
         self._step_seconds = meter.create_histogram(
             "ledger_deletion_step_duration", "s", "Duration of one attempt of a workflow step"
         )
-        self._meter = meter
-        self._gauges: list[object] = []
+        self._pending_sources: dict[object, tuple[str, Callable[[], int]]] = {}
+        self._sources_lock = threading.Lock()
+        meter.create_observable_gauge(
+            "ledger_deletion_pending_acks",
+            [self._observe_pending],
+            "{message}",
+            "Messages received, not acked",
+        )
 
     # --- counters ------------------------------------------------------------------------------------------
 
@@ -110,17 +116,28 @@ class Metrics:
 
     # --- gauges --------------------------------------------------------------------------------------------
 
-    def observe_pending_acks(self, pool: str, count: Callable[[], int]) -> None:
-        """Received-not-acked messages held by this process (the pulsar pool's share of the in-flight)."""
+    def observe_pending_acks(self, pool: str, count: Callable[[], int]) -> Callable[[], None]:
+        """Report messages received, not yet acked, held by this process; returns the unregister function.
 
-        def callback(_: CallbackOptions) -> Iterable[Observation]:
-            yield Observation(count(), {"pool": pool})
+        One gauge sums every source (several pulsar pools may run in one process, e.g. in tests).
+        """
+        key = object()
+        with self._sources_lock:
+            self._pending_sources[key] = (pool, count)
 
-        self._gauges.append(
-            self._meter.create_observable_gauge(
-                "ledger_deletion_pending_acks", [callback], "{message}", "Messages received, not yet acked"
-            )
-        )
+        def unregister() -> None:
+            with self._sources_lock:
+                self._pending_sources.pop(key, None)
+
+        return unregister
+
+    def _observe_pending(self, _: CallbackOptions) -> Iterable[Observation]:
+        totals: dict[str, int] = {}
+        with self._sources_lock:
+            sources = list(self._pending_sources.values())
+        for pool, count in sources:
+            totals[pool] = totals.get(pool, 0) + count()
+        return [Observation(value, {"pool": pool}) for pool, value in totals.items()]
 
 
 _lock = threading.Lock()

@@ -25,6 +25,7 @@ def _console() -> Console:
     # Made per command, so the width follows COLUMNS at call time (tables are wide; pipes default to 80).
     return Console()
 
+
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of a table.")]
 
 

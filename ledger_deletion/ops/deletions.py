@@ -260,7 +260,9 @@ def _failure_text(failure: Any) -> str:
     parts: list[str] = []
     while failure is not None and failure.message:
         kind = failure.application_failure_info.type if failure.HasField("application_failure_info") else ""
-        parts.append(f"{kind}: {failure.message}" if kind else failure.message)
+        text = f"{kind}: {failure.message}" if kind else failure.message
+        if not parts or parts[-1] != text:  # activity failures wrap their cause with the same text
+            parts.append(text)
         failure = failure.cause if failure.HasField("cause") else None
     return " <- ".join(parts)[:500]
 

@@ -58,6 +58,9 @@ def observed_settings(settings: Settings) -> Settings:
         topic=f"persistent://pulsar/system/__ledger_deletion_ops_{run}",
         task_queue_prefix=f"ld-ops-{run}",
         tenant_topics=f"persistent://ops-{run}/isolated/__ledger_deletion",
+        # A long enough in-use grace for the inflight test to see a running workflow, then let it finish.
+        in_use_rechecks=6,
+        in_use_recheck_seconds=4.0,
     )
 
 

@@ -91,13 +91,25 @@ async def test_inflight_counts_running_workflows_per_tenant(
         publisher.publish(request)
 
     async def running() -> None:
-        report = await cli_json("inflight", "--tenant", tenant)
+        report = await cli_json("inflight", "--tenant", tenant, "--metrics-url", observed.metrics_url)
         assert [t["running_workflows"] for t in report["tenants"] if t["tenant"] == tenant] == [1]
+        assert report["total"] == 1
+        # The pulsar pool holds that message unacked while its workflow runs (its pending-ack gauge).
+        assert report["held_by_pulsar_pools"] >= 1 and report["held_error"] == ""
 
     await eventually(running)
+    # A running deletion explained: the live status query and the durable waits so far.
+    live = (await cli_json("show", request.workflow_id))[0]
+    assert live["status"] == "RUNNING"
+    assert live["live_status"]["step"] in ("wait_in_use", "ask_owner_broker")
+    assert live["live_status"]["messages_collected"] == 1
+    assert "ask_owner_broker" in [s["step"] for s in live["steps"]]
     cluster.remove_ledgers_from_metadata(topic, ids[:1])  # the mark phase catches up: grace ends
+    drained = await cli("inflight", "--tenant", tenant, "--wait", "--timeout", "90")
+    assert "total" in drained.stdout
     results = await results_of(observed.client, [request])
     assert results[request.workflow_id].outcome is Outcome.DELETED
+    assert (await cli_json("inflight", "--tenant", tenant))["total"] == 0
 
 
 def _dead_letter(publisher: RequestPublisher, request: PendingDeleteLedgerInfo, reason: str) -> None:

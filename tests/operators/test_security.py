@@ -84,7 +84,7 @@ async def test_no_secret_in_logs_search_attributes_spans_metrics_or_dead_letters
         exposed += [f"{pair.key.name}={pair.value}" for pair in description.typed_search_attributes]
         exposed.append(str(await description.static_summary()))
     for span in observed.spans.get_finished_spans():
-        exposed += [f"{k}={v}" for k, v in (span.attributes or {}).items()]
+        exposed += [f"{k}={v!s}" for k, v in (span.attributes or {}).items()]
         exposed.append(span.name)
     for letter in read_dead_letters(settings):
         exposed += [f"{k}={v}" for k, v in letter.properties.items()]

@@ -15,7 +15,7 @@ def spark() -> Iterator[Any]:
         pyspark_sql.SparkSession.builder.master("local[2]")
         .appName("reconcile-tests")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.default.parallelism", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")

@@ -51,8 +51,13 @@ def data_tags(ml: str = ML) -> dict[str, str]:
     return {"application": "pulsar", "component": "managed-ledger", "pulsar/managed-ledger": ml}
 
 
-def frames(spark: Any, bk: list[dict[str, Any]], refs: list[tuple[Any, ...]] = (), ctxs: list[tuple[Any, ...]] = (),
-           objs: list[tuple[Any, ...]] = ()) -> tuple[Any, Any, Any, Any]:  # type: ignore[assignment]
+def frames(
+    spark: Any,
+    bk: list[dict[str, Any]],
+    refs: list[tuple[Any, ...]] = (),
+    ctxs: list[tuple[Any, ...]] = (),
+    objs: list[tuple[Any, ...]] = (),
+) -> tuple[Any, Any, Any, Any]:  # type: ignore[assignment]
     return (
         spark.createDataFrame(bk, T.BK_LEDGERS_SCHEMA),
         spark.createDataFrame(list(refs), T.REFERENCES_SCHEMA),
@@ -74,9 +79,18 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
             ledger(3, data_tags()),  # referenced only through an offload context
             ledger(10, data_tags()),
             ledger(11, {**data_tags(), "pulsar/cursor": "my-sub"}),
-            ledger(12, {"application": "pulsar", "component": "schema", "pulsar/schemaId": "public/default/orders"}),
-            ledger(13, {"application": "pulsar", "component": "compacted-ledger",
-                        "pulsar/compactedTopic": "persistent://public/default/orders"}),
+            ledger(
+                12,
+                {"application": "pulsar", "component": "schema", "pulsar/schemaId": "public/default/orders"},
+            ),
+            ledger(
+                13,
+                {
+                    "application": "pulsar",
+                    "component": "compacted-ledger",
+                    "pulsar/compactedTopic": "persistent://public/default/orders",
+                },
+            ),
             ledger(14, {"application": "bookkeeper-table-service"}),
             ledger(15, None),
             ledger(16, None, format_version=None, parse_error="not BookKeeper ledger metadata"),
@@ -88,8 +102,11 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
             ledger(22, {"application": "pulsar", "component": "managed-ledger", "psr/managed-ledger": ML}),
             ledger(23, {"application": "pulsar", "component": "mystery"}),
         ],
-        refs=[(1, "data", ML, None), (2, "cursor", "other/ns/persistent/t", "s"), (-1, "unreadable",
-              "public/default/persistent/broken", None)],
+        refs=[
+            (1, "data", ML, None),
+            (2, "cursor", "other/ns/persistent/t", "s"),
+            (-1, "unreadable", "public/default/persistent/broken", None),
+        ],
         ctxs=[(3, UUID_A, "ledger", ML, "b", True)],
     )
     findings = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF)
@@ -111,12 +128,39 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
     }
     expected = spark.createDataFrame(
         [
-            (10, "data", "MANAGED_LEDGER", "public/default/orders-partition-1", "public", "public/default", None,
-             None, 1000),
-            (11, "cursor", "MANAGED_CURSOR", "public/default/orders-partition-1", "public", "public/default",
-             "my-sub", None, 1100),
-            (12, "schema", "SCHEMA_STORAGE", "public/default/orders", "public", "public/default", None,
-             "public/default/orders", 1200),
+            (
+                10,
+                "data",
+                "MANAGED_LEDGER",
+                "public/default/orders-partition-1",
+                "public",
+                "public/default",
+                None,
+                None,
+                1000,
+            ),
+            (
+                11,
+                "cursor",
+                "MANAGED_CURSOR",
+                "public/default/orders-partition-1",
+                "public",
+                "public/default",
+                "my-sub",
+                None,
+                1100,
+            ),
+            (
+                12,
+                "schema",
+                "SCHEMA_STORAGE",
+                "public/default/orders",
+                "public",
+                "public/default",
+                None,
+                "public/default/orders",
+                1200,
+            ),
             (13, "compacted", None, "public/default/orders", "public", "public/default", None, None, 1300),
         ],
         "ledger_id long, component string, ledger_component string, topic_name string, tenant string, "
@@ -146,7 +190,9 @@ def test_offload_findings_match_both_key_variants_and_group_objects(spark: Any) 
         ],
     )
     findings = T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
-    rows = {tuple(r["keys"]): (r["status"], r["reason"], r["ledger_id"], r["bytes"]) for r in findings.collect()}
+    rows = {
+        tuple(r["keys"]): (r["status"], r["reason"], r["ledger_id"], r["bytes"]) for r in findings.collect()
+    }
     assert rows == {
         (f"{UUID_C}-ledger-9", f"{UUID_C}-ledger-9-index"): ("candidate", None, 9, 3030),
         (f"{UUID_C}-ledger-8",): ("excluded", "ledger-id-referenced", 8, 50),
@@ -157,20 +203,32 @@ def test_offload_findings_match_both_key_variants_and_group_objects(spark: Any) 
     candidate = findings.where(F.col("status") == "candidate").first()
     assert candidate is not None
     assert (candidate["uuid"], candidate["variant"], candidate["ledger_type"], candidate["created_ms"]) == (
-        UUID_C, "ledger", "OFFLOAD_LEDGER", OLD
+        UUID_C,
+        "ledger",
+        "OFFLOAD_LEDGER",
+        OLD,
     )
 
 
 def test_parse_object_keys(spark: Any) -> None:
     objs = spark.createDataFrame(
-        [("b", f"{UUID_A}-ledger-12", 1, 0), ("b", f"{UUID_A}-ledger-12-index", 1, 0), ("b", f"{UUID_A}-index", 1, 0),
-         ("b", f"{UUID_A.upper()}-ledger-1", 1, 0), ("b", f"x{UUID_A}", 1, 0)],
+        [
+            ("b", f"{UUID_A}-ledger-12", 1, 0),
+            ("b", f"{UUID_A}-ledger-12-index", 1, 0),
+            ("b", f"{UUID_A}-index", 1, 0),
+            ("b", f"{UUID_A.upper()}-ledger-1", 1, 0),
+            ("b", f"x{UUID_A}", 1, 0),
+        ],
         T.OFFLOAD_OBJECTS_SCHEMA,
     )
     expected = spark.createDataFrame(
-        [(f"{UUID_A}-ledger-12", "ledger", UUID_A, 12), (f"{UUID_A}-ledger-12-index", "ledger", UUID_A, 12),
-         (f"{UUID_A}-index", "segment", UUID_A, None), (f"{UUID_A.upper()}-ledger-1", None, None, None),
-         (f"x{UUID_A}", None, None, None)],
+        [
+            (f"{UUID_A}-ledger-12", "ledger", UUID_A, 12),
+            (f"{UUID_A}-ledger-12-index", "ledger", UUID_A, 12),
+            (f"{UUID_A}-index", "segment", UUID_A, None),
+            (f"{UUID_A.upper()}-ledger-1", None, None, None),
+            (f"x{UUID_A}", None, None, None),
+        ],
         "key string, variant string, uuid string, ledger_id long",
     )
     assertDataFrameEqual(T.parse_object_keys(objs).select("key", "variant", "uuid", "ledger_id"), expected)
@@ -196,7 +254,13 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
     findings = T.attach_offload_owners(raw, owners, bk)
     assert list(findings.columns) == list(T.FINDINGS_COLUMNS)
     got = {
-        (r["storage"], r["ledger_id"]): (r["topic_name"], r["tenant"], r["namespace"], r["status"], r["reason"])
+        (r["storage"], r["ledger_id"]): (
+            r["topic_name"],
+            r["tenant"],
+            r["namespace"],
+            r["status"],
+            r["reason"],
+        )
         for r in findings.collect()
     }
     assert got == {
@@ -210,8 +274,12 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
 def test_reconcile_tenant_filter_and_summary(spark: Any) -> None:
     bk, refs, ctxs, objs = frames(
         spark,
-        [ledger(40, data_tags("acme/ns/persistent/t")), ledger(41, data_tags()), ledger(42, data_tags()),
-         ledger(43, None)],
+        [
+            ledger(40, data_tags("acme/ns/persistent/t")),
+            ledger(41, data_tags()),
+            ledger(42, data_tags()),
+            ledger(43, None),
+        ],
     )
     owners = spark.createDataFrame([], T.OFFLOAD_OWNERS_SCHEMA)
     everything = T.reconcile(bk, refs, ctxs, objs, owners, cutoff_ms=CUTOFF)
@@ -219,9 +287,12 @@ def test_reconcile_tenant_filter_and_summary(spark: Any) -> None:
     acme = T.reconcile(bk, refs, ctxs, objs, owners, cutoff_ms=CUTOFF, tenant="acme")
     assert [r["ledger_id"] for r in acme.collect()] == [40]
     expected = spark.createDataFrame(
-        [(None, None, "unknown", "bookkeeper", "excluded", 1, 4300),
-         ("acme", "acme/ns", "data", "bookkeeper", "candidate", 1, 4000),
-         ("public", "public/default", "data", "bookkeeper", "candidate", 2, 8300)],
-        "tenant string, namespace string, component string, storage string, status string, count long, bytes long",
+        [
+            (None, None, "unknown", "bookkeeper", "excluded", 1, 4300),
+            ("acme", "acme/ns", "data", "bookkeeper", "candidate", 1, 4000),
+            ("public", "public/default", "data", "bookkeeper", "candidate", 2, 8300),
+        ],
+        "tenant string, namespace string, component string, storage string, status string, "
+        "count long, bytes long",
     )
     assertDataFrameEqual(T.summarize(everything), expected)

@@ -54,7 +54,7 @@ class FakeClient:
 
 def test_system_topic_alone_is_one_plain_consumer() -> None:
     client = FakeClient()
-    consumer = subscribe_all(client, Settings(), 100)  # type: ignore[arg-type]
+    consumer = subscribe_all(client, Settings(), 100)
     assert isinstance(consumer, FakeConsumer)
     assert client.subscriptions[0][0] == Settings().topic
 
@@ -65,7 +65,7 @@ def test_tenant_topics_join_the_system_topic_and_patterns_get_their_own_consumer
         topic_pattern="persistent://c/ns1/__ledger_deletion.* persistent://c/ns2/__ledger_deletion.*",
     )
     client = FakeClient()
-    consumer = subscribe_all(client, settings, 100)  # type: ignore[arg-type]
+    consumer = subscribe_all(client, settings, 100)
     assert isinstance(consumer, CompositeConsumer)
     topics = [s[0] for s in client.subscriptions]
     assert topics[0] == [
