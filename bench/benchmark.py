@@ -1,4 +1,4 @@
-"""Throughput benchmark: the deletion service (A) against the PIP-186 consumer (B) and the orchestration limit (C).
+"""Throughput benchmark: the deletion service (A), the PIP-186 consumer (B), the orchestration limit (C).
 
     python bench/benchmark.py --n 1000
 
@@ -170,7 +170,9 @@ class Run:
     cluster: SimulatedCluster
     client: Client
     base_env: dict[str, str]
-    inflight: int = 1000  # received-not-acked messages per pulsar process; running workflows in C
+    inflight: int = 100  # received-not-acked messages per pulsar process; running workflows in C
+    c_pollers: str = "5"
+    extra_env: dict[str, str] = field(default_factory=dict)  # more LEDGER_DELETION_* settings for the pools
 
     def settings_env(self, phase: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {
@@ -185,6 +187,7 @@ class Run:
             "LEDGER_DELETION_IN_USE_RECHECK_SECONDS": "1",
             "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "2",
             "LEDGER_DELETION_INGEST_MAX_INFLIGHT": str(self.inflight),
+            **self.extra_env,
         }
         return {**env, **(extra or {})}
 
@@ -206,6 +209,15 @@ class Run:
             topic=self.topic(phase),
             task_queue_prefix=self.prefix(phase),
         )
+
+
+def steady_rate(times: list[float]) -> float:
+    """Completions per second between the 5th and the 95th percentile completion (no start-up, no tail)."""
+    ordered = sorted(times)
+    low, high = int(len(ordered) * 0.05), int(len(ordered) * 0.95) - 1
+    if high <= low or ordered[high] <= ordered[low]:
+        return float("nan")
+    return (high - low) / (ordered[high] - ordered[low])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -327,6 +339,7 @@ class AResult:
     n: int
     seconds: float
     rate: float
+    steady_rate: float = 0.0
     events_happy: float = 0.0
     events_all: float = 0.0
     activities_per_wf: float = 0.0
@@ -387,6 +400,7 @@ async def run_a(
         n=len(by_id),
         seconds=end - began,
         rate=len(by_id) / (end - began),
+        steady_rate=steady_rate([c.close for c in by_id.values()]),
         events_happy=statistics.mean(c.events for c in happy) if happy else 0,
         events_all=statistics.mean(c.events for c in by_id.values()),
         p50_ms=percentile(timed, 50),
@@ -420,6 +434,7 @@ class BResult:
     n: int
     seconds: float
     rate: float
+    steady_rate: float
     p50_ms: float
     p95_ms: float
     p99_ms: float
@@ -473,6 +488,7 @@ def run_b(
         n=data["done"],
         seconds=seconds,
         rate=data["done"] / seconds,
+        steady_rate=steady_rate(data["ack_times"]),
         p50_ms=percentile(latencies, 50),
         p95_ms=percentile(latencies, 95),
         p99_ms=percentile(latencies, 99),
@@ -494,6 +510,7 @@ class CResult:
     activities: int
     seconds: float
     rate: float
+    steady_rate: float
     procs: dict[str, dict[str, float]]
     servers_cpu: dict[str, float]
 
@@ -512,6 +529,8 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
                 queue,
                 "--role",
                 role,
+                "--pollers",
+                run.c_pollers,
             ],
             run.base_env,
             run.logs,
@@ -554,6 +573,7 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
         activities=activities,
         seconds=end - began,
         rate=len(closed) / (end - began),
+        steady_rate=steady_rate([c.close for c in closed]),
         procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
         servers_cpu=servers,
     )
@@ -585,7 +605,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     zk = endpoints.zookeeper_client()
     cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
     client = await Client.connect(endpoints.temporal_address)
-    run = Run(endpoints, run_id, logs, cluster, client, base_env, args.inflight)
+    extra = dict(item.split("=", 1) for item in args.set)
+    run = Run(endpoints, run_id, logs, cluster, client, base_env, args.inflight, args.c_pollers, extra)
     stack_procs = StackProcs.of(stack)
     report: dict[str, Any] = {
         "n": args.n,
@@ -594,6 +615,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "load_before": load_average(),
         "replicas": args.replicas,
         "inflight": args.inflight,
+        "c_pollers": args.c_pollers,
+        "settings": args.set,
     }
     n = args.n
 
@@ -656,16 +679,19 @@ def print_table(report: dict[str, Any]) -> str:
     a, b, c = report["A"], report.get("B"), report.get("C")
     half = report.get("A_half")
     lines = [
-        f"N={report['n']}  run {report['run_id']}  load avg before/after {report['load_before']}/{report['load_after']}"
-        f"  replicas {report['replicas'] or 'one per pool'}",
+        f"N={report['n']}  run {report['run_id']}  load avg {report['load_before']} -> {report['load_after']}"
+        f"  replicas {report['replicas'] or 'one per pool'}  in-flight {report.get('inflight')}"
+        f"  {' '.join(report.get('settings', []))}",
         "",
-        f"{'run':<34} {'n':>7} {'seconds':>8} {'per s':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'ev/del':>7}",
+        f"{'run':<36} {'n':>6} {'seconds':>8} {'per s':>6} {'steady':>6} "
+        f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'ev/del':>6}",
     ]
 
     def row(name: str, r: dict[str, Any], events: str = "") -> None:
-        lat = [f"{r.get(k, float('nan')):>8.0f}" for k in ("p50_ms", "p95_ms", "p99_ms")]
+        lat = " ".join(f"{r.get(k, float('nan')):>7.0f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
         lines.append(
-            f"{name:<34} {r['n']:>7} {r['seconds']:>8.1f} {r['rate']:>7.1f} {' '.join(lat)} {events:>7}"
+            f"{name:<36} {r['n']:>6} {r['seconds']:>8.1f} {r['rate']:>6.1f} {r.get('steady_rate', 0):>6.1f} "
+            f"{lat} {events:>6}"
         )
 
     row("A service, backlog (max rate)", a, f"{a['events_happy']:.1f}")
@@ -674,9 +700,7 @@ def print_table(report: dict[str, Any]) -> str:
     if b:
         row("B PIP-186 consumer, backlog", b)
     if c:
-        lines.append(
-            f"{'C trivial wf, ' + str(c['activities']) + ' activities':<34} {c['n']:>7} {c['seconds']:>8.1f} {c['rate']:>7.1f}"
-        )
+        row(f"C trivial wf, {c['activities']} activities", {**c, "p50_ms": float("nan")})
     fa, fb = report.get("A_faults"), report.get("B_faults")
     if fa:
         row("A with 20% delete faults", fa, f"{fa['events_happy']:.1f}")
@@ -723,7 +747,11 @@ def main() -> None:
     parser.add_argument("--reconsume-seconds", type=float, default=1.0, help="B's reconsumeLater delay")
     parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
     parser.add_argument(
-        "--inflight", type=int, default=1000, help="ingest max in-flight (A) and running workflows (C)"
+        "--inflight", type=int, default=100, help="ingest max in-flight (A) and running workflows (C)"
+    )
+    parser.add_argument("--c-pollers", default="5", help="C's pollers: N (5, as the pools) or autoscale")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="VAR=VALUE", help="extra environment for the pools"
     )
     parser.add_argument("--half-seconds", type=float, default=60.0, help="length of the half-rate run")
     parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")

@@ -3,7 +3,8 @@
     python bench/orchestration_limit.py --address 127.0.0.1:7233 --queue q --role workflow
 
 Same worker settings as the deletion service's pools (sandboxed workflows, sync activities on a thread pool of
-the pool's concurrency), so the difference between A and C is what the deletion itself costs.
+the pool's concurrency, 5 pollers unless ``--pollers``), so the difference between A and C is what
+the deletion itself costs.
 """
 
 from __future__ import annotations
@@ -18,12 +19,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+from temporalio.worker import (  # noqa: E402
+    PollerBehavior,
+    PollerBehaviorAutoscaling,
+    PollerBehaviorSimpleMaximum,
+    Worker,
+)
 
 from bench.trivial import TrivialWorkflow, noop  # noqa: E402
 
 
-async def serve(address: str, queue: str, role: str, concurrency: int) -> None:
+async def serve(address: str, queue: str, role: str, concurrency: int, pollers: str) -> None:
+    behavior: PollerBehavior = (
+        PollerBehaviorAutoscaling() if pollers == "autoscale" else PollerBehaviorSimpleMaximum(int(pollers))
+    )
     client = await Client.connect(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -31,7 +40,11 @@ async def serve(address: str, queue: str, role: str, concurrency: int) -> None:
         loop.add_signal_handler(sig, stop.set)
     if role == "workflow":
         worker = Worker(
-            client, task_queue=queue, workflows=[TrivialWorkflow], max_concurrent_workflow_tasks=concurrency
+            client,
+            task_queue=queue,
+            workflows=[TrivialWorkflow],
+            max_concurrent_workflow_tasks=concurrency,
+            workflow_task_poller_behavior=behavior,
         )
     else:
         worker = Worker(
@@ -40,6 +53,7 @@ async def serve(address: str, queue: str, role: str, concurrency: int) -> None:
             activities=[noop],
             activity_executor=ThreadPoolExecutor(concurrency),
             max_concurrent_activities=concurrency,
+            activity_task_poller_behavior=behavior,
         )
     async with worker:
         print(f"trivial {role} worker running", flush=True)
@@ -52,8 +66,11 @@ def main() -> None:
     parser.add_argument("--queue", required=True)
     parser.add_argument("--role", choices=("workflow", "activity"), required=True)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument(
+        "--pollers", default="5", help="a fixed number of pollers (5, the SDK default), or autoscale"
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.address, args.queue, args.role, args.concurrency))
+    asyncio.run(serve(args.address, args.queue, args.role, args.concurrency, args.pollers))
 
 
 if __name__ == "__main__":

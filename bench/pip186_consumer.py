@@ -114,6 +114,7 @@ class Pip186Consumer:
         self.seq = 0
         self.outcomes: Counter[str] = Counter()
         self.latencies_ms: list[float] = []
+        self.ack_times: list[float] = []
         self.reconsumed = 0
         self.done = 0
         self.first_receive = 0.0
@@ -244,6 +245,7 @@ class Pip186Consumer:
         with self.lock:
             self.outcomes[outcome] += 1
             self.latencies_ms.append((now - published) * 1000)
+            self.ack_times.append(now)
             self.done += 1
             self.last_ack = now
 
@@ -280,6 +282,7 @@ def main() -> None:
                     "done": consumer.done,
                     "outcomes": dict(consumer.outcomes),
                     "latencies_ms": consumer.latencies_ms,
+                    "ack_times": consumer.ack_times,
                     "reconsumed": consumer.reconsumed,
                     "faults_injected": faults.injected,
                     "fault_rate": rate,

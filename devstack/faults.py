@@ -480,32 +480,35 @@ def count_redeliverable(settings: Settings, quiet_seconds: float = 3.0, limit: i
 def read_dead_letters(
     settings: Settings, quiet_seconds: float = 2.0, expect: int | None = None, timeout: float = 60.0
 ) -> list[Any]:
-    """Every message of the dead-letter topic (a fresh subscription from the earliest position)."""
+    """Every message of the dead-letter topic, read from the earliest position (each message once).
+
+    A reader, not a subscription: it leaves no state behind, and it streams large backlogs (the fuzz
+    corpus, megabyte payloads) far faster than a Shared consumer acking one message at a time.
+    """
     import pulsar
 
     client = _pulsar_client(settings)
     try:
-        consumer = client.subscribe(
-            settings.dead_letter_topic,
-            f"dlq-reader-{uuid.uuid4().hex[:8]}",
-            initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=1000,
+        reader = client.create_reader(
+            settings.dead_letter_topic, pulsar.MessageId.earliest, receiver_queue_size=1000
         )
-        letters: list[Any] = []
+        letters: dict[tuple[str, str], Any] = {}
         began = last = time.monotonic()
         while time.monotonic() - began < timeout:
             enough = expect is None or len(letters) >= expect
             if enough and time.monotonic() - last >= quiet_seconds:
                 break
             try:
-                message = consumer.receive(timeout_millis=200)
+                # Not shorter: with 200 ms timeouts the partitioned reader of pulsar-client 3.13 against
+                # pulsar-lite stalls part-way through a large backlog (seen with the 10k fuzz corpus).
+                message = reader.read_next(2000)
             except pulsar.Timeout:
                 continue
-            letters.append(message)
-            consumer.acknowledge(message)
+            # A reader may hand out a message again after reconnecting: keep each message id once.
+            letters.setdefault((message.topic_name(), str(message.message_id())), message)
             last = time.monotonic()
-        consumer.close()
-        return letters
+        reader.close()
+        return list(letters.values())
     finally:
         client.close()
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -119,12 +120,14 @@ def spark_session(
         return active
     builder = SparkSession.builder
     if master.startswith("local"):
-        # Python workers (only the kazoo-in-Spark scan uses them) must run this interpreter, with its packages.
-        builder = builder.config("spark.pyspark.python", sys.executable)
+        # Python workers (only the kazoo-in-Spark scan uses them) must run this interpreter.
+        # (SparkContext reads PYSPARK_PYTHON, not the spark.pyspark.python setting, for local workers.)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.driver.memory", "3g")
         .config("spark.sql.session.timeZone", "UTC")

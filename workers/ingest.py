@@ -167,13 +167,3 @@ def search_attributes_for(request: PendingDeleteLedgerInfo) -> TypedSearchAttrib
         ]
     )
 
-
-def subscribe(client: pulsar.Client, topic: str, subscription: str, receiver_queue_size: int) -> Any:
-    return client.subscribe(
-        topic,
-        subscription,
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest,
-        receiver_queue_size=receiver_queue_size,
-        consumer_name=None,
-    )

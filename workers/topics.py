@@ -16,6 +16,7 @@ from typing import Any
 
 import pulsar
 
+from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.settings import Settings
 from ledger_deletion.tenancy import tenant_topics, topic_patterns
 
@@ -32,14 +33,24 @@ def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size
     topics = [settings.topic, *tenant_topics(settings)]
     consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)]
     for pattern in topic_patterns(settings):
-        consumers.append(
-            client.subscribe(
-                re.compile(pattern),
-                settings.subscription,
-                pattern_auto_discovery_period=PATTERN_DISCOVERY_SECONDS,
-                **options,
+        try:
+            consumers.append(
+                client.subscribe(
+                    re.compile(pattern),
+                    settings.subscription,
+                    pattern_auto_discovery_period=PATTERN_DISCOVERY_SECONDS,
+                    **options,
+                )
             )
-        )
+        except Exception as exc:  # the client raises its own unexported error classes
+            for consumer in consumers:
+                with contextlib.suppress(Exception):
+                    consumer.close()
+            raise ConfigurationError(
+                f"pattern subscription {pattern!r} failed ({type(exc).__name__}): the broker must list a "
+                "namespace's topics for pattern subscriptions (pulsar-lite cannot); name the topics in "
+                "LEDGER_DELETION_TENANT_TOPICS instead"
+            ) from exc
     return consumers[0] if len(consumers) == 1 else CompositeConsumer(consumers)
 
 

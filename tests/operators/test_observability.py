@@ -166,3 +166,55 @@ async def test_temporal_sdk_metrics_are_served_alongside(observed: Observed) -> 
         assert "temporal_request" in text
 
     await eventually(served)
+
+
+async def test_failures_and_dead_letters_are_counted_by_step_and_error(
+    observed: Observed, observed_publisher: RequestPublisher, cluster: SimulatedCluster
+) -> None:
+    """An offload on a driver the service cannot reach fails permanently: a failure, then a dead letter."""
+    import dataclasses
+
+    from ledger_deletion.request import LedgerType, OffloadDriverMetadata
+
+    tenant = f"fail-{uuid.uuid4().hex[:6]}"
+    _, requests = orphan_requests(cluster, tenant)
+    offload = next(r for r in requests if r.ledger_type is LedgerType.OFFLOAD_LEDGER)
+    assert offload.context is not None and offload.context.offload_context is not None
+    foreign_driver = dataclasses.replace(
+        offload.context.offload_context, driver_metadata=OffloadDriverMetadata("azureblob", {})
+    )
+    broken = dataclasses.replace(
+        offload, context=dataclasses.replace(offload.context, offload_context=foreign_driver)
+    )
+    observed_publisher.publish(broken)
+    results = await results_of(observed.client, [broken])
+    assert results[broken.workflow_id].outcome is Outcome.DEAD_LETTERED
+
+    def counted() -> None:
+        text = scrape(observed.metrics_url)
+        t = {"tenant": tenant, "component": "MANAGED_LEDGER"}
+        assert (
+            metric_value(
+                text, "ledger_deletion_offload_delete_failures_total", error="UnsupportedOffloadDriver", **t
+            )
+            == 1
+        )
+        assert (
+            metric_value(text, "ledger_deletion_dead_lettered_total", step="delete_offload_segment", **t) == 1
+        )
+        assert (
+            metric_value(text, "ledger_deletion_requests_completed_total", outcome="DEAD_LETTERED", **t) == 1
+        )
+        assert (
+            metric_value(
+                text,
+                "ledger_deletion_step_duration_seconds_count",
+                step="delete_offload_segment",
+                outcome="error",
+                **t,
+            )
+            == 1
+        )
+        assert metric_value(text, "ledger_deletion_offloaded_ledgers_deleted_total", **t) == 0
+
+    await eventually(counted)

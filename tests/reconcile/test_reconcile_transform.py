@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -54,10 +55,10 @@ def data_tags(ml: str = ML) -> dict[str, str]:
 def frames(
     spark: Any,
     bk: list[dict[str, Any]],
-    refs: list[tuple[Any, ...]] = (),
-    ctxs: list[tuple[Any, ...]] = (),
-    objs: list[tuple[Any, ...]] = (),
-) -> tuple[Any, Any, Any, Any]:  # type: ignore[assignment]
+    refs: Sequence[tuple[Any, ...]] = (),
+    ctxs: Sequence[tuple[Any, ...]] = (),
+    objs: Sequence[tuple[Any, ...]] = (),
+) -> tuple[Any, Any, Any, Any]:
     return (
         spark.createDataFrame(bk, T.BK_LEDGERS_SCHEMA),
         spark.createDataFrame(list(refs), T.REFERENCES_SCHEMA),

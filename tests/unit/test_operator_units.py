@@ -172,3 +172,25 @@ def test_request_context_header_round_trip_and_pool_names() -> None:
         "pulsar",
     ]
     assert pool_of("other") == "unknown"
+
+
+def test_otlp_exporter_is_built_from_the_standard_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+    exporter = tracing._otlp_exporter({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317"})
+    assert isinstance(exporter, OTLPSpanExporter)
+    exporter.shutdown()
+
+
+def test_a_pattern_the_broker_cannot_serve_is_a_clear_configuration_error() -> None:
+    from ledger_deletion.errors import ConfigurationError
+
+    class NoPatterns(FakeClient):
+        def subscribe(self, topic: Any, subscription: str, **options: Any) -> FakeConsumer:
+            if isinstance(topic, re.Pattern):
+                raise RuntimeError("LookupError")
+            return super().subscribe(topic, subscription, **options)
+
+    with pytest.raises(ConfigurationError, match="LEDGER_DELETION_TENANT_TOPICS"):
+        subscribe_all(NoPatterns(), Settings(topic_pattern="persistent://a/b/x.*"), 10)

@@ -1,0 +1,236 @@
+"""The whole job on the embedded stack's real ZooKeeper and S3: candidates are exactly the generated orphans.
+
+The cluster is written under a ZooKeeper chroot and into a bucket of its own, so nothing else in ZooKeeper or
+S3 (other tests, the demo) is seen, and nothing of ours is seen by others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+pytest.importorskip("pyspark")
+
+from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid  # noqa: E402
+from ledger_deletion.request import LedgerType  # noqa: E402
+from ledger_deletion.submit import LineError, parse_jsonl  # noqa: E402
+from reconcile.extract import ExtractConfig  # noqa: E402
+from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans, write_plan  # noqa: E402
+from reconcile.job import JobConfig, run  # noqa: E402
+
+pytestmark = [pytest.mark.stack, pytest.mark.spark]
+
+
+@pytest.fixture(scope="module")
+def cluster(stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
+    tag = uuid.uuid4().hex[:10]
+    chroot, bucket = f"/reconcile-test-{tag}", f"reconcile-test-{tag}"
+    zk.ensure_path(chroot)
+    s3.create_bucket(Bucket=bucket)
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=stack.zookeeper + chroot)
+    client.start()
+    spec = ClusterSpec(ledgers=400, bucket=bucket, seed=42, first_ledger_id=5_000)
+    plan = plan_cluster(spec)
+    young = plan_young_orphans(spec, plan)  # also turns one old OPEN orphan into a "recently modified" one
+    write_plan(client, s3, plan, bucket=bucket)
+    old_done_ms = int(time.time() * 1000)
+    # S3 LastModified has second precision: write the young ones in a later second than the cut-off.
+    cutoff_ms = old_done_ms + 1
+    time.sleep(math.ceil(cutoff_ms / 1000) - cutoff_ms / 1000 + 0.2)
+    write_plan(client, s3, young, bucket=bucket)
+    client.stop()
+    client.close()
+    plan.truth.merge(young.truth)
+    yield {
+        "chroot": chroot,
+        "bucket": bucket,
+        "truth": plan.truth,
+        "cutoff_ms": cutoff_ms,
+        "stack": stack,
+        "ledger_ids": {i for i, _ in plan.ledgers + young.ledgers},
+        "object_keys": {k for k, _, _ in plan.objects + young.objects},
+    }
+    zk.delete(chroot, recursive=True)
+    objects = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    while objects:
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in objects]})
+        objects = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
+    s3.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture(scope="module")
+def result(cluster: dict[str, Any], spark: Any, s3: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    stack = cluster["stack"]
+    config = JobConfig(
+        extract=ExtractConfig(
+            zookeeper=stack.zookeeper + cluster["chroot"],
+            s3_endpoint=stack.s3_endpoint,
+            buckets=(cluster["bucket"],),
+            workers=2,
+        ),
+        out=tmp_path_factory.mktemp("reconcile-out"),
+        now_ms=cluster["cutoff_ms"],
+        min_age_seconds=0,
+        master="local[2]",
+    )
+    return run(config, spark=spark, s3_client=s3)
+
+
+def test_candidates_are_exactly_the_orphans(cluster: dict[str, Any], result: Any) -> None:
+    truth = cluster["truth"]
+    ledgers = {
+        r.ledger_id: r.ledger_component.value for r in result.requests if r.ledger_type is LedgerType.LEDGER
+    }
+    offloads = {
+        (offload_uuid(r.context.offload_context.uid_msb, r.context.offload_context.uid_lsb), r.ledger_id)
+        for r in result.requests
+        if r.ledger_type is LedgerType.OFFLOAD_LEDGER
+    }
+    assert ledgers == truth.bk_candidates  # none missed, none extra, every component right
+    assert offloads == truth.offload_candidates
+    assert not set(ledgers) & truth.referenced
+    assert not set(ledgers) & set(truth.excluded_ledgers)
+    assert result.rejected == []
+    # Every kind is present in the generated cluster, so "exactly" means something.
+    assert set(truth.bk_candidates.values()) == {"MANAGED_LEDGER", "MANAGED_CURSOR", "SCHEMA_STORAGE"}
+    assert any(i >= 2**32 for i in truth.bk_candidates)
+    assert set(truth.excluded_ledgers.values()) >= {
+        "not-pulsar",
+        "no-application-tag",
+        "unparseable-metadata",
+        "too-young",
+        "open-recently-modified",
+    }
+
+
+def test_requests_carry_owner_and_context(result: Any) -> None:
+    for request in result.requests:
+        assert request.check_ledger_still_in_use is True
+        if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+            ctx = request.context.offload_context
+            assert ctx.driver_metadata.name == "aws-s3" and ctx.driver_metadata.properties["bucket"]
+            assert request.context.ledger_id == request.ledger_id
+        elif request.ledger_component.value == "MANAGED_CURSOR":
+            assert request.cursor_name
+        elif request.ledger_component.value == "SCHEMA_STORAGE":
+            assert request.schema_id == request.topic_name
+
+
+def test_findings_report_only_and_excluded(cluster: dict[str, Any], result: Any, spark: Any) -> None:
+    truth = cluster["truth"]
+    findings = spark.read.parquet(str(result.out / "findings.parquet")).collect()
+    report_only_ledgers = {
+        r["ledger_id"] for r in findings if r["storage"] == "bookkeeper" and r["status"] == "report-only"
+    }
+    report_only_keys = {
+        k for r in findings if r["storage"] == "offload" and r["status"] == "report-only" for k in r["keys"]
+    }
+    excluded_ledgers = {
+        r["ledger_id"]: r["reason"]
+        for r in findings
+        if r["storage"] == "bookkeeper" and r["status"] == "excluded"
+    }
+    excluded_keys = {
+        k: r["reason"]
+        for r in findings
+        if r["storage"] == "offload" and r["status"] == "excluded"
+        for k in r["keys"]
+    }
+    assert report_only_ledgers == truth.report_only_ledgers
+    assert report_only_keys == truth.report_only_objects
+    assert excluded_ledgers == truth.excluded_ledgers
+    assert excluded_keys == truth.excluded_objects
+    young_offloads = {k for k, why in truth.excluded_objects.items() if why == "too-young"}
+    assert young_offloads  # the young offload orphan really was seen, and kept
+
+
+def test_output_files(result: Any) -> None:
+    out: Path = result.out
+    lines = list(parse_jsonl((out / "candidates.jsonl").open(encoding="utf-8")))
+    assert [item for _, item in lines if isinstance(item, LineError)] == []
+    assert [item for _, item in lines] == result.requests  # the exact shape `ledger-deletion submit` reads
+    with (out / "candidates.avro").open("rb") as f:
+        records: list[Any] = list(fastavro.reader(f))
+    assert [(r["ledgerType"], r["ledgerId"]) for r in records] == [
+        (r.ledger_type.value, r.ledger_id) for r in result.requests
+    ]
+    assert (out / "report.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["requests"] == len(result.requests)
+    assert summary["totals"]["candidate"]["count"] == len(result.requests)
+
+
+def test_offload_keys_of_requests_exist(cluster: dict[str, Any], result: Any, s3: Any) -> None:
+    """What the service will delete for an OFFLOAD_LEDGER request is exactly the orphan's objects."""
+    for request in result.requests:
+        if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+            ctx = request.context.offload_context
+            for key in ledger_object_keys(offload_uuid(ctx.uid_msb, ctx.uid_lsb), request.ledger_id):
+                s3.head_object(Bucket=cluster["bucket"], Key=key)
+
+
+def _existing(cluster: dict[str, Any], zk: Any, s3: Any) -> tuple[set[int], set[str]]:
+    from ledger_deletion.formats.bk_paths import ledger_path
+
+    root = cluster["chroot"] + "/ledgers"
+    ledgers = {i for i in cluster["ledger_ids"] if zk.exists(ledger_path(i, root))}
+    keys: set[str] = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=cluster["bucket"]):
+        keys |= {o["Key"] for o in page.get("Contents", [])}
+    return ledgers, keys
+
+
+async def test_submitted_candidates_are_deleted_and_nothing_else(
+    cluster: dict[str, Any], result: Any, settings: Any, temporal_client: Any, zk: Any, s3: Any
+) -> None:
+    """End to end: publish the candidates, run the service on them; exactly the orphans disappear.
+
+    Runs last in this module (it deletes from the generated cluster). The service sees the cluster through the
+    same chroot and bucket; every request goes through all of its checks (topic, BK metadata match, ...).
+    """
+    import asyncio
+
+    from ledger_deletion.contracts import Outcome
+    from ledger_deletion.submit import publish_requests
+    from tests.conftest import running_pools, wait_for_result
+
+    tag = uuid.uuid4().hex[:8]
+    service_settings = settings.with_overrides(
+        zookeeper=cluster["stack"].zookeeper + cluster["chroot"],
+        offload_bucket=cluster["bucket"],
+        topic=f"persistent://pulsar/system/__ledger_deletion_reconcile_{tag}",
+        task_queue_prefix=f"ld-reconcile-{tag}",
+    )
+    ledgers_before, keys_before = _existing(cluster, zk, s3)
+    assert ledgers_before == cluster["ledger_ids"] and keys_before == cluster["object_keys"]
+    async with running_pools(service_settings, temporal_client):
+        published = await asyncio.to_thread(publish_requests, service_settings, result.requests, False)
+        assert published == len(result.requests)
+        outcomes = await asyncio.gather(
+            *(wait_for_result(temporal_client, r.workflow_id, timeout=150) for r in result.requests)
+        )
+    assert {o.outcome for o in outcomes} == {Outcome.DELETED}, [
+        o for o in outcomes if o.outcome != Outcome.DELETED
+    ][:3]
+    deleted_ledgers = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.LEDGER}
+    deleted_keys = {
+        key
+        for r in result.requests
+        if r.ledger_type is LedgerType.OFFLOAD_LEDGER
+        for key in ledger_object_keys(
+            offload_uuid(r.context.offload_context.uid_msb, r.context.offload_context.uid_lsb), r.ledger_id
+        )
+    }
+    ledgers_after, keys_after = _existing(cluster, zk, s3)
+    assert ledgers_after == ledgers_before - deleted_ledgers
+    assert keys_after == keys_before - deleted_keys
