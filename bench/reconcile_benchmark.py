@@ -281,6 +281,38 @@ def measure(
     return row
 
 
+def scan_ab(entry: dict[str, Any], state: Path, zookeeper: str, spark: Any, rounds: int = 2) -> list[str]:
+    """BK ledger scan only, both ways, alternating: the exporter (process pool -> Parquet) and kazoo inside
+    Spark tasks (-> DataFrame -> Parquet). Same units, same output, same machine load."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from reconcile.extract import ExtractConfig, list_bk_units, run_unit, spark_scan_bk_ledgers
+
+    config = ExtractConfig(zookeeper=zookeeper + entry["chroot"], workers=2)
+    lines = []
+    for r in range(rounds):
+        out = state / f"ab-{entry['size']}"
+        shutil.rmtree(out, ignore_errors=True)
+        started = time.monotonic()
+        units = list_bk_units(config)
+        with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+            rows = sum(
+                f.result()["bk_ledgers"] for f in [pool.submit(run_unit, config, u, str(out)) for u in units]
+            )
+        exporter = time.monotonic() - started
+        started = time.monotonic()
+        units = list_bk_units(config)
+        spark_scan_bk_ledgers(spark, config, units).write.mode("overwrite").parquet(str(out / "spark"))
+        in_spark = time.monotonic() - started
+        lines.append(
+            f"round {r + 1}: {rows:,} BK ledgers: exporter {exporter:.1f} s, "
+            f"kazoo in Spark tasks {in_spark:.1f} s"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 def print_table(rows: list[dict[str, Any]], spark_start_s: float) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -339,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         "--compare-spark-scan", action="store_true", help="also time kazoo in Spark tasks (<= 100k)"
     )
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    parser.add_argument("--scan-ab", action="store_true", help="only compare the two BK scan strategies")
     args = parser.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     state: Path = args.state_dir
@@ -361,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("local[2]", shuffle_partitions=8)
     spark.range(1).count()
     spark_start_s = time.monotonic() - started
+    if args.scan_ab:
+        for entry in entries:
+            scan_ab(entry, state, zookeeper, spark)
+        return 0
     rows = []
     for entry in entries:
         compare = args.compare_spark_scan and entry["size"] <= 100_000

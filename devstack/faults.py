@@ -90,7 +90,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().strip().split(b";")[0], 16)
                 if size == 0:
@@ -105,6 +105,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         proxy = self.server.proxy
         body = self._body()
         proxy.requests += 1
+        proxy._record(self.command, self.path, body)
         failure = proxy._failure()
         if failure is not None:
             proxy.failed += 1
@@ -162,6 +163,8 @@ class S3FaultProxy:
         self.port = port
         self.requests = 0
         self.failed = 0
+        # (method, path with query, body) of the most recent requests: what the service asked S3 to do.
+        self.recorded: list[tuple[str, str, bytes]] = []
         self._server: _ProxyServer | None = None
         self._thread: threading.Thread | None = None
         self._mode: FailMode | None = None
@@ -227,6 +230,11 @@ class S3FaultProxy:
                 self._mode = None
                 return None
             return next(self._cycle) if self._mode == "mixed" else self._mode
+
+    def _record(self, method: str, path: str, body: bytes) -> None:
+        with self._lock:
+            self.recorded.append((method, path, body[:65536]))
+            del self.recorded[:-5000]
 
     def _track(self, conn: socket.socket, *, add: bool) -> None:
         with self._lock:

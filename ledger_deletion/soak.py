@@ -21,7 +21,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -358,8 +358,8 @@ class FaultKit:
         await asyncio.to_thread(self.services.start)
         return "pulsar-lite kill -9 + restart"
 
-    def random_fault(self) -> Callable[[], Awaitable[str]]:
-        faults: list[Callable[[], Awaitable[str]]] = [
+    def random_fault(self) -> Callable[[], Coroutine[Any, Any, str]]:
+        faults: list[Callable[[], Coroutine[Any, Any, str]]] = [
             self.kill_pool,
             self.pulsar_pool_before_ack,
             self.zookeeper_outage,

@@ -20,7 +20,7 @@ _LOOPBACK = ("http://127.0.0.1", "http://localhost")
 
 def run_from_settings(
     *,
-    master: str,
+    master: str | None,
     min_age: str,
     tenant: str | None,
     out: Path,

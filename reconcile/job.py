@@ -91,7 +91,7 @@ class JobConfig:
     out: Path
     min_age_seconds: float = 86_400.0
     tenant: str | None = None
-    master: str = "local[*]"
+    master: str | None = "local[*]"  # None: whatever spark-submit configured
     now_ms: int | None = None  # the clock the cut-off is taken from; None = when the job starts
     resume: bool = False
     shuffle_partitions: int = 8
@@ -110,30 +110,29 @@ class JobResult:
 
 
 def spark_session(
-    master: str = "local[*]", shuffle_partitions: int = 8, app_name: str = "ledger-deletion-reconcile"
+    master: str | None = "local[*]", shuffle_partitions: int = 8, app_name: str = "ledger-deletion-reconcile"
 ) -> Any:
-    """A SparkSession for the job (reuses the active one, e.g. under ``spark-submit``)."""
+    """A SparkSession for the job (reuses the active one). ``master=None``: as ``spark-submit`` configured."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    builder = SparkSession.builder
-    if master.startswith("local"):
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    if master:
+        # Started from the CLI: our defaults. Under spark-submit (master None) its own --conf values rule.
+        builder = (
+            builder.master(master)
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+            .config("spark.driver.memory", "3g")
+        )
+    if (master or "").startswith("local"):
         # Python workers (only the kazoo-in-Spark scan uses them) must run this interpreter.
         # (SparkContext reads PYSPARK_PYTHON, not the spark.pyspark.python setting, for local workers.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (
-        builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.driver.memory", "3g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.adaptive.enabled", "true")
-        .getOrCreate()
-    )
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -280,7 +279,7 @@ def _s3(config: ExtractConfig) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """``spark-submit reconcile/job.py ...``: the same options as ``ledger-deletion reconcile``."""
     parser = argparse.ArgumentParser(prog="reconcile/job.py", description="Find orphaned Pulsar ledgers.")
-    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--master", default=None, help="default: spark-submit's --master")
     parser.add_argument("--min-age", default="24h")
     parser.add_argument("--tenant", default=None)
     parser.add_argument("--out", default="reconcile-out")

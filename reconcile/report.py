@@ -129,8 +129,10 @@ def render_chart(rows: Sequence[ReportRow], path: Path, title: str = "Reclaimabl
     ax_bytes.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: human_bytes(v)))
     ax_count.set_yticks(positions, namespaces)
     ax_count.invert_yaxis()
-    ax_count.legend(loc="lower right", fontsize="small")
+    handles, labels = ax_count.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(handles), fontsize="small", frameon=False)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

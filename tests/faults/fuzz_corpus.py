@@ -99,7 +99,7 @@ def _schema() -> dict[str, Any]:
 
 def _retyped_schema(field: str, avro_type: Any) -> dict[str, Any]:
     """Our schema with one top-level field's type replaced: a producer with the wrong types."""
-    schema = json.loads(json.dumps(_schema()))
+    schema: dict[str, Any] = json.loads(json.dumps(_schema()))
     for item in schema["fields"]:
         if item["name"] == field:
             item["type"] = avro_type
@@ -139,14 +139,14 @@ def _generate(rng: random.Random) -> Iterator[tuple[str, bytes]]:
 
     # 2. flipped bytes / bits inside valid encodings.
     for _ in range(2200):
-        data = bytearray(rng.choice(bases))
+        mutable = bytearray(rng.choice(bases))
         for _ in range(rng.randint(1, 4)):
-            position = rng.randrange(len(data))
+            position = rng.randrange(len(mutable))
             if rng.random() < 0.5:
-                data[position] ^= 1 << rng.randrange(8)
+                mutable[position] ^= 1 << rng.randrange(8)
             else:
-                data[position] = rng.randrange(256)
-        yield "flipped", bytes(data)
+                mutable[position] = rng.randrange(256)
+        yield "flipped", bytes(mutable)
 
     # 3. wrong types: a producer whose schema has other types for our fields.
     retypes: list[tuple[str, Any, Any]] = [
@@ -211,7 +211,7 @@ def _generate(rng: random.Random) -> Iterator[tuple[str, bytes]]:
     # 7. absurd offload contexts.
     def offload(**ctx_changes: Any) -> dict[str, Any]:
         record = _record(rng, ledgerType="OFFLOAD_LEDGER")
-        base_ctx = {
+        base_ctx: dict[str, Any] = {
             "ledgerId": record["ledgerId"],
             "offloadContext": {
                 "uidMsb": 0,
@@ -223,7 +223,7 @@ def _generate(rng: random.Random) -> Iterator[tuple[str, bytes]]:
                 "offloadSegment": [],
             },
         }
-        base_ctx["offloadContext"].update(ctx_changes)  # type: ignore[attr-defined]
+        base_ctx["offloadContext"].update(ctx_changes)
         record["context"] = base_ctx
         return record
 

@@ -10,7 +10,7 @@ import asyncio
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,7 @@ async def run_batch(
     client: Client,
     settings: Settings,
     cluster: SimulatedCluster,
-    fault: Callable[[], Awaitable[Any]] | None = None,
+    fault: Callable[[], Coroutine[Any, Any, Any]] | None = None,
     *,
     units: int = 2,
     seed: int = 0,

@@ -179,6 +179,26 @@ def test_offload_keys_of_requests_exist(cluster: dict[str, Any], result: Any, s3
                 s3.head_object(Bucket=cluster["bucket"], Key=key)
 
 
+def test_extract_resumes_from_the_parts_it_has(cluster: dict[str, Any], tmp_path: Path) -> None:
+    from reconcile.extract import BK_LEDGERS, OFFLOAD_OBJECTS, extract_all
+
+    config = ExtractConfig(
+        zookeeper=cluster["stack"].zookeeper + cluster["chroot"],
+        s3_endpoint=cluster["stack"].s3_endpoint,
+        buckets=(cluster["bucket"],),
+        workers=1,
+    )
+    first = extract_all(config, tmp_path)
+    assert first.skipped_units == {BK_LEDGERS: 0, OFFLOAD_OBJECTS: 0, "references": 0}
+    parts = sorted((tmp_path / BK_LEDGERS).glob("part-*.parquet"))
+    parts[0].unlink()  # as if the extract had been interrupted there
+    again = extract_all(config, tmp_path, resume=True)
+    assert again.skipped_units[BK_LEDGERS] == first.units[BK_LEDGERS] - 1
+    assert again.skipped_units[OFFLOAD_OBJECTS] == first.units[OFFLOAD_OBJECTS]
+    assert again.rows == first.rows
+    assert first.rows[BK_LEDGERS] == len(cluster["ledger_ids"])
+
+
 def _existing(cluster: dict[str, Any], zk: Any, s3: Any) -> tuple[set[int], set[str]]:
     from ledger_deletion.formats.bk_paths import ledger_path
 
