@@ -1,0 +1,67 @@
+"""The ``ledger-deletion worker`` command as operators run it: a process, configured by the environment,
+stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from devstack.cluster import SimulatedCluster
+from ledger_deletion.contracts import Outcome
+from ledger_deletion.settings import Settings
+from ledger_deletion.submit import RequestPublisher
+from tests.conftest import wait_for_result
+
+pytestmark = pytest.mark.stack
+
+
+def worker_command() -> list[str]:
+    installed = shutil.which("ledger-deletion", path=str(Path(sys.executable).parent))
+    return [installed] if installed else [sys.executable, "-m", "ledger_deletion.cli"]
+
+
+async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
+    settings: Settings, temporal_client: Client, zk, s3, stack, tmp_path
+) -> None:
+    run = uuid.uuid4().hex[:6]
+    env = {
+        **os.environ,
+        **stack.as_env(),
+        "LEDGER_DELETION_TOPIC": f"{settings.topic}-proc-{run}",
+        "LEDGER_DELETION_TASK_QUEUE_PREFIX": f"{settings.task_queue_prefix}-proc-{run}",
+        "LEDGER_DELETION_METRICS_PORT": "0",
+        "LEDGER_DELETION_TEMPORAL_METRICS_PORT": "0",
+        "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "5",
+    }
+    mine = settings.with_overrides(topic=env["LEDGER_DELETION_TOPIC"])
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    topic = f"proc/ns-{run}/t"
+    ids = cluster.new_ledger_ids(4)
+    cluster.create_topic(topic, ids)
+    log = (tmp_path / "worker.log").open("w")
+    process = subprocess.Popen([*worker_command(), "worker", "--pool", "all"], env=env, stdout=log, stderr=log)
+    try:
+        with RequestPublisher(mine) as publisher:
+            requests = cluster.trim(topic, ids[:3], publisher.publish)
+        results = [await wait_for_result(temporal_client, r.workflow_id, timeout=90) for r in requests]
+        assert [r.outcome for r in results] == [Outcome.DELETED] * 3
+        assert all(r.messages_acked == 1 for r in results)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0, (tmp_path / "worker.log").read_text()[-3000:]
+        assert time.monotonic() - started < 60
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()
+    assert not any(cluster.ledger_exists(i) for i in ids[:3]) and cluster.ledger_exists(ids[3])
+    assert "pools" in (tmp_path / "worker.log").read_text()  # it logged its start and stop
