@@ -166,4 +166,3 @@ def search_attributes_for(request: PendingDeleteLedgerInfo) -> TypedSearchAttrib
             SearchAttributePair(sa.DELETION_STEP, "started"),
         ]
     )
-

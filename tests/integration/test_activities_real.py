@@ -52,9 +52,15 @@ TOPIC = "acts/ns1/orders-partition-0"
 ML_NAME = "acts/ns1/persistent/orders-partition-0"
 
 
-def request(ledger_id: int, component: LedgerComponent = LedgerComponent.MANAGED_LEDGER, **kw: Any) -> PendingDeleteLedgerInfo:
+def request(
+    ledger_id: int, component: LedgerComponent = LedgerComponent.MANAGED_LEDGER, **kw: Any
+) -> PendingDeleteLedgerInfo:
     return PendingDeleteLedgerInfo(
-        topic_name=kw.pop("topic_name", TOPIC), ledger_component=component, ledger_type=LedgerType.LEDGER, ledger_id=ledger_id, **kw
+        topic_name=kw.pop("topic_name", TOPIC),
+        ledger_component=component,
+        ledger_type=LedgerType.LEDGER,
+        ledger_id=ledger_id,
+        **kw,
     )
 
 
@@ -87,7 +93,9 @@ async def test_data_ledger_verified_and_compare_and_deleted(bk, zk, new_ledger_i
     result = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert result.status is DeleteBkLedgerStatus.DELETED
     assert zk.exists(path) is None
-    assert zk.exists(path.rsplit("/", 1)[0]) is None or zk.get_children(path.rsplit("/", 1)[0])  # empty parent pruned
+    assert zk.exists(path.rsplit("/", 1)[0]) is None or zk.get_children(
+        path.rsplit("/", 1)[0]
+    )  # empty parent pruned
     again = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert again.status is DeleteBkLedgerStatus.ALREADY_DELETED
     assert (verify(bk, request(ledger_id))).verdict is Verdict.NOT_FOUND
@@ -98,7 +106,9 @@ async def test_changed_znode_is_not_deleted(bk, zk, new_ledger_id) -> None:
     path = put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
     verified = verify(bk, request(ledger_id))
     zk.set(path, zk.get(path)[0])  # any write bumps the version
-    result = ActivityEnvironment().run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    result = ActivityEnvironment().run(
+        bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
+    )
     assert result.status is DeleteBkLedgerStatus.VERSION_CHANGED
     assert zk.exists(path) is not None
 
@@ -154,12 +164,14 @@ def test_store_refuses_paths_outside_its_root() -> None:
         store._guard("/managed-ledgers/x")
 
 
-# --- offload --------------------------------------------------------------------------------------------------
+# --- offload ---------------------------------------------------------------------------------------
 
 
 def offload_context(msb: int, lsb: int, bucket: str | None) -> OffloadContext:
     props = {"bucket": bucket} if bucket else {}
-    return OffloadContext(uid_msb=msb, uid_lsb=lsb, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3", props))
+    return OffloadContext(
+        uid_msb=msb, uid_lsb=lsb, complete=True, driver_metadata=OffloadDriverMetadata("aws-s3", props)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +189,9 @@ async def test_offloaded_objects_deleted_unrelated_untouched(stack, s3, bucket, 
     for key in (data, index, neighbour, f"{data}-extra"):
         s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": ML_NAME})
     activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket="not-used")
-    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(msb, lsb, bucket)))
+    inp = DeleteOffloadInput(
+        ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(msb, lsb, bucket))
+    )
     result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
     assert result.outcome is Outcome.DELETED
     assert sorted(result.deleted_keys) == sorted(f"s3://{bucket}/{k}" for k in (data, index))
@@ -191,15 +205,19 @@ async def test_offloaded_objects_of_another_topic_are_not_deleted(stack, s3, buc
     ledger_id = new_ledger_id()
     data, index = ledger_object_keys(offload_uuid(7, ledger_id), ledger_id)
     for key in (data, index):
-        s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": "acts/ns1/persistent/other"})
+        s3.put_object(
+            Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": "acts/ns1/persistent/other"}
+        )
     activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket=bucket)
-    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(7, ledger_id, None)))
+    inp = DeleteOffloadInput(
+        ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(7, ledger_id, None))
+    )
     result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
     assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH
     assert len(s3.list_objects_v2(Bucket=bucket, Prefix=data)["Contents"]) == 2
 
 
-# --- admin ------------------------------------------------------------------------------------------------------
+# --- admin -----------------------------------------------------------------------------------------
 
 
 def write_topic(zk: KazooClient, topic: str, ledgers: list[int], cursor_ledger: int | None = None) -> None:
@@ -209,7 +227,9 @@ def write_topic(zk: KazooClient, topic: str, ledgers: list[int], cursor_ledger: 
     path = f"/managed-ledgers/{ml.managed_ledger_name(topic)}"
     zk.create(path, ml.serialize_managed_ledger_info(info), makepath=True)
     if cursor_ledger is not None:
-        cursor = ml.ManagedCursorInfo(cursorsLedgerId=cursor_ledger, markDeleteLedgerId=ledgers[0], markDeleteEntryId=0)
+        cursor = ml.ManagedCursorInfo(
+            cursorsLedgerId=cursor_ledger, markDeleteLedgerId=ledgers[0], markDeleteEntryId=0
+        )
         zk.create(f"{path}/sub", ml.serialize_managed_cursor_info(cursor))
 
 

@@ -26,7 +26,9 @@ from workers.pools import RunningPools
 pytestmark = pytest.mark.stack
 
 
-async def collect_results(client: Client, scenario: Scenario, timeout: float = 120) -> dict[str, DeletionResult]:
+async def collect_results(
+    client: Client, scenario: Scenario, timeout: float = 120
+) -> dict[str, DeletionResult]:
     """Wait for every case's workflow while the scenario's deferred metadata updates happen on time."""
     started = time.monotonic()
 
@@ -74,10 +76,18 @@ async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> No
 
 
 async def test_every_case_of_the_scenario(
-    service: RunningPools, settings: Settings, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+    service: RunningPools,
+    settings: Settings,
+    temporal_client: Client,
+    publisher: RequestPublisher,
+    zk,
+    s3,
+    stack,
 ) -> None:
     cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    scenario = build_and_mark(cluster, f"e2e/ns-{uuid.uuid4().hex[:6]}", publisher.publish, publisher.publish_raw)
+    scenario = build_and_mark(
+        cluster, f"e2e/ns-{uuid.uuid4().hex[:6]}", publisher.publish, publisher.publish_raw
+    )
     results = await collect_results(temporal_client, scenario)
 
     wrong = {
@@ -120,7 +130,9 @@ async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
         assert result.failed_step == "delete_offload_segment" and "ObjectStoreUnavailable" in result.reason
         assert result.messages_acked == 1
         await wait_until_all_acked(running)
-    assert all(cluster.object_exists(key, bucket) for bucket, key in cluster.offload_keys(offload.context, ledger_id))  # type: ignore[arg-type]
+    assert all(
+        cluster.object_exists(key, bucket) for bucket, key in cluster.offload_keys(offload.context, ledger_id)
+    )  # type: ignore[arg-type]
     (letter,) = read_dead_letters(broken, count=1)
     props = letter.properties()
     assert props["ledger-deletion.failed-step"] == "delete_offload_segment"

@@ -48,7 +48,9 @@ async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
     ids = cluster.new_ledger_ids(4)
     cluster.create_topic(topic, ids)
     log = (tmp_path / "worker.log").open("w")
-    process = subprocess.Popen([*worker_command(), "worker", "--pool", "all"], env=env, stdout=log, stderr=log)
+    process = subprocess.Popen(
+        [*worker_command(), "worker", "--pool", "all"], env=env, stdout=log, stderr=log
+    )
     try:
         with RequestPublisher(mine) as publisher:
             requests = cluster.trim(topic, ids[:3], publisher.publish)

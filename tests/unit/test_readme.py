@@ -12,7 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def env_name(name: str) -> str:
     alias = Settings.model_fields[name].validation_alias
-    return str(alias.choices[0]) if alias is not None and hasattr(alias, "choices") else f"LEDGER_DELETION_{name.upper()}"
+    return (
+        str(alias.choices[0])
+        if alias is not None and hasattr(alias, "choices")
+        else f"LEDGER_DELETION_{name.upper()}"
+    )
 
 
 def test_every_setting_is_in_the_settings_table() -> None:
