@@ -111,6 +111,16 @@ def s3_client(endpoint: str) -> Any:
     )
 
 
+def _bucket_exists(endpoint: str, bucket: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3_client(endpoint).head_bucket(Bucket=bucket)
+    except ClientError:
+        return False
+    return True
+
+
 def spec_for(size: int, bucket: str) -> ClusterSpec:
     # Offloading is rarer in big clusters here only to keep moto (~250 puts/s) within minutes.
     offloading = 0.4 if size <= 100_000 else 0.12
@@ -125,9 +135,14 @@ def generate(state: Path, size: int, zookeeper: str, s3_endpoint: str, regenerat
     if cache.exists() and not regenerate:
         entry: dict[str, Any] = json.loads(cache.read_text())
         zk = KazooClient(hosts=zookeeper)
-        zk.start()
+        zk.start(timeout=180)  # a restarted ZooKeeper first loads its snapshot
         try:
-            if zk.exists(entry["chroot"] + "/ledgers") and entry.get("complete"):
+            # moto keeps objects in memory only: a restarted moto has lost the bucket, so regenerate then.
+            if (
+                zk.exists(entry["chroot"] + "/ledgers")
+                and entry.get("complete")
+                and _bucket_exists(s3_endpoint, entry["bucket"])
+            ):
                 return entry
         finally:
             zk.stop()

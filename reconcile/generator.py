@@ -368,6 +368,19 @@ class _Planner:
         self.objects_for(["README.txt"], None)
         self.plan.truth.excluded_objects["README.txt"] = "unrecognized-key"
 
+    def broken_owner(self) -> None:
+        """A managed ledger whose record does not decode: nothing it may reference can be judged."""
+        tenant, namespace = self.topics[0].ml_name.split("/")[:2]
+        ml_name = f"{tenant}/{namespace}/persistent/broken-{self.rnd.getrandbits(32):08x}"
+        # A LedgerInfo without its required ledgerId: protobuf-java (the broker) would refuse it too.
+        self.plan.managed_ledgers.append((ml_name, b"\x0a\x02\x10\x01"))
+        ledger_id = self.ledger(self.ids.new(), managed_ledger_custom_metadata(ml_name))
+        self.plan.truth.excluded_ledgers[ledger_id] = "owner-metadata-unreadable"
+        keys = ledger_object_keys(self.uuid(), self.ids.new())
+        self.objects_for(keys, ml_name)
+        for key in keys:
+            self.plan.truth.excluded_objects[key] = "owner-metadata-unreadable"
+
     def foreign(self, kind: int) -> None:
         ledger_id = self.ids.new()
         if kind == 0:
@@ -437,6 +450,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     for i in range(n_foreign):
         p.foreign(i % 4)
     p.special_objects()
+    p.broken_owner()
     return p.plan
 
 

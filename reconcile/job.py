@@ -3,24 +3,28 @@
 Run it as ``ledger-deletion reconcile`` (local Spark, ``local[*]``, against the embedded stack by default), or
 on a Spark cluster::
 
-    spark-submit --master spark://spark-master:7077 \\
+    spark-submit --master spark://spark-master:7077 --deploy-mode client \\
         --conf spark.sql.shuffle.partitions=64 --driver-memory 4g \\
-        --py-files dist/ledger_deletion-0.1.0-py3-none-any.whl \\
-        reconcile/job.py --min-age 24h --out /data/reconcile/$(date +%F) [--tenant T] [--submit]
+        "$(python -c 'import reconcile.job as j; print(j.__file__)')" \\
+        --min-age 24h --out /shared/reconcile/$(date +%F) [--tenant T] [--submit] [--resume]
 
-(the wheel: ``pip wheel --no-deps -w dist .``; settings such as ``LEDGER_DELETION_ZOOKEEPER``,
-``LEDGER_DELETION_S3_ENDPOINT``, ``LEDGER_DELETION_OFFLOAD_BUCKET`` come from the driver's environment, as for
-every other command). The extract runs on the driver host as a process pool (``--extract-workers``); only
-the reconcile runs on the executors, and ``--out`` must be a path the driver and executors share (for a
-real cluster a shared filesystem; the Parquet written there is read back by the executors).
+The driver host needs the project installed (``pip install '.[spark]'``): the extract and the outputs run
+there, with settings (``LEDGER_DELETION_ZOOKEEPER``, ``LEDGER_DELETION_S3_ENDPOINT``,
+``LEDGER_DELETION_OFFLOAD_BUCKET``, ...) from its environment as for every other command. The executors need
+nothing of ours: the reconcile is pure Spark SQL (no Python UDFs), so no ``--py-files``. ``--out`` must be a
+directory driver and executors share (e.g. an NFS mount): the executors read the extract's Parquet there
+and write ``findings.parquet``. Client deploy mode: the extract on the driver talks to ZooKeeper and S3.
 
-Why the extract is a parallel exporter and not Spark tasks running kazoo: the work is waiting on ZooKeeper
-round trips and decoding protobuf in Python, which a process pool with pipelined asynchronous reads does at
-the speed ZooKeeper answers; inside Spark the same rows then also cross from Python workers into the JVM
-(pickled per row), which costs more than the scan itself (measured by ``bench/reconcile_benchmark.py
---compare-spark-scan``, see the README), and a failed task would repeat its whole prefix while the exporter
-keeps finished prefixes as part files (``--resume``). ZooKeeper, not the number of executors, bounds the scan:
-a cluster of executors would only add load on the ensemble the brokers depend on.
+Why the extract is a parallel exporter and not Spark tasks running kazoo (both exist: ``extract_all`` and
+``extract.spark_scan_bk_ledgers``; ``bench/reconcile_benchmark.py --scan-ab`` times them on the same units):
+on ``local[2]`` they are equally fast within noise (100k ledgers: 35.1/37.2 s exporter vs 50.6/30.4 s in
+Spark tasks, two alternating rounds on a shared, loaded 2-core machine), because both run the same Python
+scan (pipelined ZooKeeper reads + protobuf decoding) on the same cores. So the other properties decide: the
+exporter keeps every finished prefix as a part file and ``--resume`` restarts where it stopped (a failed
+Spark job rescans everything); it needs neither executors with network access to ZooKeeper nor kazoo on
+them; and its load on ZooKeeper is an explicit number of sessions (``--extract-workers``), whereas a Spark
+cluster would point every executor at the ensemble the brokers depend on. Spark does the part that is a
+join: the reconcile.
 
 Order and safety: BK ledgers are listed first, objects second, references last (see ``reconcile.extract``);
 the transforms are pure functions of those snapshots (``reconcile.transform``); every candidate still goes
@@ -209,7 +213,7 @@ def run(
         owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
         owners = spark.createDataFrame(owners_rows, T.OFFLOAD_OWNERS_SCHEMA)
         progress.update(task, advance=1)
-        findings = T.filter_tenant(T.attach_offload_owners(raw, owners, bk), config.tenant)
+        findings = T.filter_tenant(T.attach_offload_owners(raw, owners, bk, refs), config.tenant)
         findings.write.mode("overwrite").parquet(str(out / FINDINGS_PARQUET))
         findings = spark.read.parquet(str(out / FINDINGS_PARQUET))
         progress.update(task, advance=1)

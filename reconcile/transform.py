@@ -367,10 +367,15 @@ def offload_findings(
     )
 
 
-def attach_offload_owners(findings: DataFrame, owners: DataFrame, bk: DataFrame) -> DataFrame:
+def attach_offload_owners(
+    findings: DataFrame, owners: DataFrame, bk: DataFrame, references: DataFrame
+) -> DataFrame:
     """Fill the owner of offload findings: the objects' ``ManagedLedgerName`` user metadata (``owners``:
     bucket, uuid, ledger_id, managed_ledger), else the BK ledger of the same id's ``pulsar/managed-ledger``
-    tag. A candidate whose owner stays unknown becomes ``report-only`` (``owner-unknown``)."""
+    tag. A candidate whose owner stays unknown becomes ``report-only`` (``owner-unknown``); one whose
+    owner's metadata did not decode (its offload contexts are unknown) is ``excluded``
+    (``owner-metadata-unreadable``).
+    """
     own = owners.select(
         F.col("bucket").alias("_o_bucket"),
         F.col("uuid").alias("_o_uuid"),
@@ -396,10 +401,20 @@ def attach_offload_owners(findings: DataFrame, owners: DataFrame, bk: DataFrame)
         "topic_name", F.when(is_offload, _topic_of_ml(F.col("managed_ledger"))).otherwise(F.col("topic_name"))
     )
     df = _with_tenant(df.drop("tenant", "namespace"))
-    unknown = is_offload & (F.col("status") == CANDIDATE) & F.col("topic_name").isNull()
+    bad = unreadable_owners(references).select(F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad"))
+    df = df.join(bad, is_offload & (F.col("managed_ledger") == F.col("_bad_owner")), "left")
+    candidate = is_offload & (F.col("status") == CANDIDATE)
+    unreadable = candidate & F.col("_bad").isNotNull()
+    unknown = candidate & F.col("topic_name").isNull()
     df = df.withColumn(
-        "reason", F.when(unknown, F.lit("owner-unknown")).otherwise(F.col("reason"))
-    ).withColumn("status", F.when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status")))
+        "reason",
+        F.when(unreadable, F.lit("owner-metadata-unreadable"))
+        .when(unknown, F.lit("owner-unknown"))
+        .otherwise(F.col("reason")),
+    ).withColumn(
+        "status",
+        F.when(unreadable, F.lit(EXCLUDED)).when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status")),
+    )
     return df.select(*FINDINGS_COLUMNS)
 
 
@@ -427,7 +442,7 @@ def reconcile(
     findings = bk_findings(bk, references, contexts, cutoff_ms=cutoff_ms).unionByName(
         offload_findings(objects, references, contexts, cutoff_ms=cutoff_ms)
     )
-    return filter_tenant(attach_offload_owners(findings, owners, bk), tenant)
+    return filter_tenant(attach_offload_owners(findings, owners, bk, references), tenant)
 
 
 def summarize(findings: DataFrame) -> DataFrame:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +27,8 @@ from reconcile.extract import ExtractConfig  # noqa: E402
 from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans, write_plan  # noqa: E402
 from reconcile.job import JobConfig, run  # noqa: E402
 
-pytestmark = [pytest.mark.stack, pytest.mark.spark]
+# Setup (SparkSession start, cluster generation, the whole job) takes ~1 min, several on a loaded machine.
+pytestmark = [pytest.mark.stack, pytest.mark.spark, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,14 @@ def cluster(stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
 
     client = KazooClient(hosts=stack.zookeeper + chroot)
     client.start()
-    spec = ClusterSpec(ledgers=400, bucket=bucket, seed=42, first_ledger_id=5_000)
+    # Ledger ids of their own: the service's workflow ids derive from them, and must not meet earlier runs.
+    spec = ClusterSpec(
+        ledgers=400,
+        bucket=bucket,
+        seed=42,
+        first_ledger_id=random.randrange(10**6, 2**31 - 10**7, 1000),
+        first_long_ledger_id=2**32 + random.randrange(0, 2**40, 1000),
+    )
     plan = plan_cluster(spec)
     young = plan_young_orphans(spec, plan)  # also turns one old OPEN orphan into a "recently modified" one
     write_plan(client, s3, plan, bucket=bucket)

@@ -239,20 +239,26 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
     bk, refs, ctxs, objs = frames(
         spark,
         [ledger(31, data_tags("acme/ns/persistent/from-bk"))],
+        refs=[(-1, "unreadable", "public/default/persistent/broken", None)],
         objs=[
             ("b", f"{UUID_A}-ledger-30", 10, OLD),
             ("b", f"{UUID_A}-ledger-31", 10, OLD),
             ("b", f"{UUID_A}-ledger-32", 10, OLD),
+            ("b", f"{UUID_A}-ledger-33", 10, OLD),
         ],
     )
     raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF).unionByName(
         T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
     )
     owners = spark.createDataFrame(
-        [("b", UUID_A, 30, "public/default/persistent/from-meta"), ("b", UUID_A, 32, None)],
+        [
+            ("b", UUID_A, 30, "public/default/persistent/from-meta"),
+            ("b", UUID_A, 32, None),
+            ("b", UUID_A, 33, "public/default/persistent/broken"),  # its contexts are unknown
+        ],
         T.OFFLOAD_OWNERS_SCHEMA,
     )
-    findings = T.attach_offload_owners(raw, owners, bk)
+    findings = T.attach_offload_owners(raw, owners, bk, refs)
     assert list(findings.columns) == list(T.FINDINGS_COLUMNS)
     got = {
         (r["storage"], r["ledger_id"]): (
@@ -268,6 +274,13 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
         ("offload", 30): ("public/default/from-meta", "public", "public/default", "candidate", None),
         ("offload", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
         ("offload", 32): (None, None, None, "report-only", "owner-unknown"),
+        ("offload", 33): (
+            "public/default/broken",
+            "public",
+            "public/default",
+            "excluded",
+            "owner-metadata-unreadable",
+        ),
         ("bookkeeper", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
     }
 
