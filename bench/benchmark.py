@@ -16,7 +16,7 @@ disturbed, and their load does not land on our Temporal server):
 * **C** — ``TrivialWorkflow`` with as many no-op activities as A ran per deletion on average, started N times
   (32 concurrent starts, as the ingest loop does) on the same server.
 * **faults** — A and B again with ``--fault-rate`` (20 %) transient failures injected in the delete steps
-  (``bench/faults.py``): time to drain.
+  (``bench/faults.py``, pools started through ``bench/worker.py``): time to drain.
 
 The last line is ``A/B=<ratio> A/C=<ratio> events_per_deletion=<n> p99_ms=<n>``. Results also go to
 ``bench/results/<utc time>.json``. This is not a test: numbers depend on the machine and on what else runs.
@@ -52,6 +52,7 @@ from temporalio.service import RPCError  # noqa: E402
 from bench.faults import FAULT_RATE_ENV  # noqa: E402
 from bench.mix import Seeded, seed  # noqa: E402
 from bench.trivial import TRIVIAL_WORKFLOW  # noqa: E402
+from bench.worker import CONSUMER_OFFSET_ENV  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
 from devstack.stack import SERVICES, Stack, StackEndpoints, StackPorts  # noqa: E402
 from ledger_deletion import search_attributes as sa  # noqa: E402
@@ -323,12 +324,16 @@ def start_pools(
     procs = []
     for pool in POOL_NAMES:
         for replica in range(replicas.get(pool, 1)):
+            # The plain CLI unless a wrapper is needed: fault injection, or a second pulsar-pool process (its
+            # consumer ids must not collide with the first one's on pulsar-lite; see bench/worker.py).
+            wrapped = faulty or (pool == "pulsar" and replica > 0)
             argv = (
-                [sys.executable, str(ROOT / "bench" / "faults.py"), "worker", "--pool", pool]
-                if faulty
+                [sys.executable, str(ROOT / "bench" / "worker.py"), "worker", "--pool", pool]
+                if wrapped
                 else [str(VENV_BIN / "ledger-deletion"), "worker", "--pool", pool]
             )
-            procs.append(spawn(f"{phase}-{pool}-{replica}", argv, env, run.logs))
+            proc_env = {**env, CONSUMER_OFFSET_ENV: str(replica)} if pool == "pulsar" else env
+            procs.append(spawn(f"{phase}-{pool}-{replica}", argv, proc_env, run.logs))
     for proc in procs:
         wait_for_line(proc, "running (ack queue")
     return procs
@@ -617,6 +622,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "inflight": args.inflight,
         "c_pollers": args.c_pollers,
         "settings": args.set,
+        "fault_rate": args.fault_rate,
     }
     n = args.n
 
@@ -703,9 +709,9 @@ def print_table(report: dict[str, Any]) -> str:
         row(f"C trivial wf, {c['activities']} activities", {**c, "p50_ms": float("nan")})
     fa, fb = report.get("A_faults"), report.get("B_faults")
     if fa:
-        row("A with 20% delete faults", fa, f"{fa['events_happy']:.1f}")
+        row(f"A with {report['fault_rate']:.0%} delete faults", fa, f"{fa['events_happy']:.1f}")
     if fb:
-        row(f"B with 20% delete faults ({fb['reconsumed']} reconsumed)", fb)
+        row(f"B with faults, {fb['reconsumed']} reconsumed", fb)
     lines.append("")
     lines.append("process                     cpu s   peak RSS MB")
     for name, stats in a["procs"].items():

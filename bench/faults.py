@@ -3,8 +3,9 @@
 Nothing in the product changes: :func:`install` wraps the two storage adapters' delete calls
 (``LedgerStore.delete``, ``ObjectStore.delete``) so that, with probability ``rate``, a call raises the same
 transient error a ZooKeeper connection loss or an S3 5xx would (before touching storage). Both the service's
-pools (run through this module's ``__main__``, which then starts the ordinary ``ledger-deletion`` CLI) and the
-PIP-186 baseline (which calls :func:`install` itself) read the rate from ``LEDGER_DELETION_BENCH_FAULT_RATE``.
+pools (run through ``bench/worker.py`` or this module's ``__main__``, which then start the ordinary
+``ledger-deletion`` CLI) and the PIP-186 baseline (which calls :func:`install` itself) read the rate from
+``LEDGER_DELETION_BENCH_FAULT_RATE``.
 
     LEDGER_DELETION_BENCH_FAULT_RATE=0.2 python bench/faults.py worker --pool bookkeeper
 """
