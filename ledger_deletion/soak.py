@@ -307,6 +307,8 @@ class FaultKit:
     pools: PoolSet
     proxy: S3FaultProxy
     rng: random.Random
+    # Set once the round's metadata updates have landed (see zookeeper_outage).
+    marked: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def kill_pool(self) -> str:
         pool = self.rng.choice(self.pools.pools)
@@ -325,7 +327,10 @@ class FaultKit:
         return "kill -9 pulsar pool between start and ack"
 
     async def zookeeper_outage(self) -> str:
-        await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+        # After the mark phase's metadata updates: an outage that delays a "late" update beyond the in-use
+        # grace turns that ledger into a (correct) SKIPPED_IN_USE, which this round expects to be deleted.
+        await self.marked.wait()
+        await asyncio.sleep(self.rng.uniform(0.0, 1.0))
         await asyncio.to_thread(self.services.stop, "zookeeper")
         down = self.rng.uniform(3.0, 8.0)
         await asyncio.sleep(down)
@@ -493,12 +498,14 @@ async def run_soak(
             round_no += 1
             cluster = SimulatedCluster(zk, s3, bucket=endpoints.offload_bucket)
             batch = await asyncio.to_thread(build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units)
+            kit.marked.clear()
             fault = kit.random_fault()
             fault_task = asyncio.create_task(fault())
             with RequestPublisher(settings) as publisher:
                 sent = await asyncio.to_thread(publish_batch, batch, publisher, rng)
             counts.requests += sent
             await run_marks(batch, time.monotonic())
+            kit.marked.set()
             try:
                 what = await fault_task
             except Exception as exc:  # the injector itself failed: say so, restore the stack, carry on

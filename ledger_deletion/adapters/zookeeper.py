@@ -6,7 +6,6 @@ the service read or delete anything else in ZooKeeper.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,20 +26,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from ledger_deletion.errors import AuthorizationError, ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
-
-
-class _RedactAuth(logging.Filter):
-    """kazoo logs every request it sends at DEBUG, the digest ``Auth`` packet with ``user:password`` in
-    clear included: replace that one record's text, keep everything else."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        if any(type(arg).__name__ == "Auth" for arg in args) or "Auth(" in str(record.msg):
-            record.msg, record.args = "Sending request: Auth(<redacted>)", ()
-        return True
-
-
-logging.getLogger("kazoo.client").addFilter(_RedactAuth())
 
 
 @dataclass(frozen=True)

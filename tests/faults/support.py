@@ -68,6 +68,7 @@ async def run_batch(
     *,
     units: int = 2,
     seed: int = 0,
+    marked: asyncio.Event | None = None,
 ) -> Report:
     """Build a batch, publish it with ``fault`` running alongside, and wait until every workflow closed and
     storage can be checked. Acks and dead letters are measured by :meth:`Report.finish` afterwards."""
@@ -78,6 +79,8 @@ async def run_batch(
     with RequestPublisher(settings) as publisher:
         await asyncio.to_thread(publish_batch, batch, publisher, rng)
     await run_marks(batch, time.monotonic())
+    if marked is not None:
+        marked.set()  # the mark phase's metadata updates have all landed
     if fault_task is not None:
         await fault_task
     results, unexpected = await settle(client, batch, timeout=CLOSE_BOUND_SECONDS)

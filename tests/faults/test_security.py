@@ -37,7 +37,7 @@ from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, ma
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 from ledger_deletion.formats.offload_keys import offload_keys_for_context
 from ledger_deletion.observability import tracing
-from ledger_deletion.observability.setup import interceptors
+from ledger_deletion.observability.setup import observed_client
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
@@ -49,8 +49,10 @@ from ledger_deletion.request import (
 from ledger_deletion.settings import Settings
 from ledger_deletion.soak import latest_result
 from ledger_deletion.submit import RequestPublisher
-from ledger_deletion.temporal_client import connect_temporal
 from tests.conftest import running_pools
+
+# The whole module runs with the fault tests (the stack-free checks take milliseconds).
+pytestmark = pytest.mark.stack
 
 TOKEN = "tok-" + uuid.uuid4().hex
 
@@ -152,7 +154,6 @@ def test_the_ledgers_root_cannot_be_the_zookeeper_root() -> None:
             LedgerStore("127.0.0.1:1", root)
 
 
-@pytest.mark.stack
 def test_delete_prunes_empty_parents_but_never_the_root_or_anything_outside(fault_zk: Any) -> None:
     root = f"/ledgers-sec-{uuid.uuid4().hex[:8]}"
     neighbour = f"{root}-neighbour/00/0000/L0001"  # a prefix look-alike of the root
@@ -180,7 +181,6 @@ def _hosts(zk: Any) -> str:
 # --- 2 and 4: a real run with secrets configured, S3 traffic recorded -------------------------------------
 
 
-@pytest.mark.stack
 async def test_no_secrets_anywhere_and_only_derived_s3_keys_deleted(
     fault_endpoints: StackEndpoints,
     fault_settings: Settings,
@@ -196,7 +196,9 @@ async def test_no_secrets_anywhere_and_only_derived_s3_keys_deleted(
     secrets = [TOKEN, digest, digest.split(":", 1)[1]]
     spans = InMemorySpanExporter()
     tracing.install("security-test", extra_processors=(SimpleSpanProcessor(spans),))
-    client = await connect_temporal(settings, interceptors=interceptors(settings))
+    # The worker's own wiring (redaction of secret values in log records, tracing, interceptors), as
+    # `ledger-deletion worker` sets it up; metrics ports off (other processes may hold the defaults).
+    client = await observed_client(settings.with_overrides(metrics_port=0, temporal_metrics_port=0), ["all"])
 
     # An offloaded ledger whose bucket also holds look-alike keys sharing its prefix, and a BK ledger.
     topic = f"sec-{uuid.uuid4().hex[:8]}/ns/t-partition-0"

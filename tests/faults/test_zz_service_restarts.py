@@ -38,15 +38,21 @@ async def test_zookeeper_stopped_longer_than_a_retry_interval(
     # retry_max_interval_seconds is 3 s: an 8 s outage spans several retries of verify/delete.
     assert restart_settings.retry_max_interval_seconds < 8.0
 
+    marked = asyncio.Event()
+
     async def fault() -> None:
-        await asyncio.sleep(1.0)
+        # Once the metadata updates have landed, while the workflows verify, wait out the grace and delete:
+        # an outage that delayed a "late" update past the grace would correctly keep that ledger instead.
+        await marked.wait()
         await asyncio.to_thread(services.stop, "zookeeper")
         await asyncio.sleep(8.0)
         await asyncio.to_thread(services.start)
 
     try:
         async with running_pools(restart_settings, fault_client):
-            report = await run_batch(fault_client, restart_settings, cluster, fault, units=1, seed=21)
+            report = await run_batch(
+                fault_client, restart_settings, cluster, fault, units=1, seed=21, marked=marked
+            )
     finally:
         await asyncio.to_thread(services.start)
     await report.finish(restart_settings)
