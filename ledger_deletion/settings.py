@@ -88,6 +88,7 @@ class Settings(BaseSettings):
     in_use_rechecks: int = Field(default=3, ge=0)
     in_use_recheck_seconds: float = Field(default=60.0, ge=0)
     ack_schedule_to_start_seconds: float = Field(default=120.0, gt=0)
+    ack_sweep_seconds: float = Field(default=60.0, gt=0)  # how often held messages of ended workflows settle
 
     # Pools
     workflow_concurrency: int = Field(default=100, ge=1)

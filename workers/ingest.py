@@ -9,17 +9,19 @@ crashes on input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
 from temporalio.service import RPCError
 
 from ledger_deletion import search_attributes as sa
-from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_letter_properties
+from ledger_deletion.adapters.messaging import Handoff, PendingAcks, Publisher, dead_letter_properties
 from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
 from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
 from ledger_deletion.formats.avro import decode_request
@@ -101,7 +103,53 @@ class Ingestor:
                 redelivery_count=message.redelivery_count(),
             )
             await self._start_or_join(request, ref)
+        self.pending.bind(key, Handoff(request.workflow_id, request, time.monotonic()))
         self.stats.started_or_joined += 1
+
+    async def sweep(self, *, held_for: float) -> int:
+        """Settle held messages whose workflow ended without acking them; returns how many were settled.
+
+        A workflow acks through this process's ack queue, but gives an ack up when it cannot start within
+        ``ack_schedule_to_start_seconds`` (meant for a holder that died; it also happens when Temporal was
+        down that long). A live holder is not redelivered by Pulsar, so without this the message would stay
+        unacked for ever. Only the latest run's state matters: a message joined some run up to the latest,
+        so a closed latest run means its run is closed too. Completed: the request was handled, ack it.
+        Terminated, failed, timed out or cancelled: nothing decided it, so hand it to a new run.
+        """
+        settled = 0
+        for key, handoff in self.pending.bound_before(time.monotonic() - held_for):
+            try:
+                description = await self.temporal.get_workflow_handle(handoff.workflow_id).describe()
+            except RPCError as exc:
+                log.debug("sweep: cannot describe %s: %s", handoff.workflow_id, exc)
+                continue
+            if description.status == WorkflowExecutionStatus.RUNNING:
+                continue
+            if description.status == WorkflowExecutionStatus.COMPLETED:
+                acked, _ = await asyncio.to_thread(self.pending.ack, [key])
+                settled += acked
+                continue
+            log.warning(
+                "workflow %s ended %s without a decision; starting it again",
+                handoff.workflow_id,
+                description.status.name if description.status else "?",
+            )
+            await self._start_or_join(handoff.request, MessageRef(key, self.ack_queue))
+            self.pending.bind(key, Handoff(handoff.workflow_id, handoff.request, time.monotonic()))
+            settled += 1
+        return settled
+
+    async def sweep_forever(self, stop: asyncio.Event, interval: float) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            if stop.is_set():
+                return
+            try:
+                if settled := await self.sweep(held_for=interval):
+                    log.info("settled %d held message(s) whose workflow could not ack them", settled)
+            except LedgerDeletionError as exc:  # an ack that failed now is retried on the next sweep
+                log.warning("sweep failed: %s", exc)
 
     async def _start_or_join(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> None:
         delay = 0.5

@@ -34,7 +34,7 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
-from ledger_deletion.observability import metrics
+from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.policy import deletion_policy
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
@@ -83,6 +83,8 @@ async def run_pools(
     unknown = wanted - set(POOLS)
     if unknown:
         raise ValueError(f"unknown pool(s) {sorted(unknown)}; choose from {', '.join(POOLS)} or all")
+    # Before any client exists: kazoo and friends log credentials at DEBUG (idempotent).
+    redaction.install(settings)
     temporal = client or await connect_temporal(settings)
     running = RunningPools(pools=wanted)
     async with AsyncExitStack() as stack:
@@ -176,8 +178,10 @@ async def run_pools(
                 max_inflight=settings.ingest_max_inflight,
             )
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
+        sweeper: asyncio.Task[None] | None = None
         if running.ingestor is not None:
             ingest_task = asyncio.create_task(running.ingestor.run(ingest_stop))
+            sweeper = asyncio.create_task(running.ingestor.sweep_forever(stop, settings.ack_sweep_seconds))
         log.info("pools %s running (ack queue %s)", sorted(wanted), running.ack_queue or "-")
         if started is not None and not started.done():
             started.set_result(running)
@@ -196,6 +200,8 @@ async def run_pools(
                 and len(running.ingestor.pending)
             ):
                 await _drain(running.ingestor, settings.shutdown_grace_seconds)
+        if sweeper is not None:
+            await sweeper
         await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
         for task in worker_tasks:
             if task.done() and not task.cancelled() and task.exception():

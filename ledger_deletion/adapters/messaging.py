@@ -16,6 +16,7 @@ from typing import Any
 import pulsar
 
 from ledger_deletion.errors import MessagingUnavailable
+from ledger_deletion.request import PendingDeleteLedgerInfo
 
 
 def connect(url: str, token: str | None = None, *, operation_timeout_seconds: int = 30) -> pulsar.Client:
@@ -30,14 +31,29 @@ def connect(url: str, token: str | None = None, *, operation_timeout_seconds: in
 
 @dataclass
 class PendingAcks:
-    """Received-but-unacked messages of this process, by ``str(MessageId)``."""
+    """Received-but-unacked messages of this process, by ``str(MessageId)``.
+
+    Once a message has been handed to its workflow it is *bound* to it (the workflow id, the request and
+    when), so a sweeper can settle messages whose workflow ended without reaching this process's ack queue.
+    """
 
     _held: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    _bound: dict[str, Handoff] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold(self, key: str, consumer: Any, message_id: Any) -> None:
         with self._lock:
             self._held[key] = (consumer, message_id)
+
+    def bind(self, key: str, handoff: Handoff) -> None:
+        with self._lock:
+            if key in self._held:
+                self._bound[key] = handoff
+
+    def bound_before(self, deadline: float) -> list[tuple[str, Handoff]]:
+        """Held messages handed to their workflow before ``deadline`` (a ``time.monotonic()`` value)."""
+        with self._lock:
+            return [(key, h) for key, h in self._bound.items() if h.since < deadline]
 
     def __len__(self) -> int:
         with self._lock:
@@ -59,8 +75,18 @@ class PendingAcks:
                 raise MessagingUnavailable(f"ack of {key} failed: {type(exc).__name__}: {exc}") from exc
             with self._lock:
                 self._held.pop(key, None)
+                self._bound.pop(key, None)
             acked += 1
         return acked, unknown
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """A held message's workflow: which one, with what request, since when (monotonic seconds)."""
+
+    workflow_id: str
+    request: PendingDeleteLedgerInfo
+    since: float
 
 
 @dataclass

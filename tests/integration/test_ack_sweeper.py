@@ -1,0 +1,93 @@
+"""A held message whose workflow ended without acking it (the ack could not start in time while this process
+was alive) is settled by the ingest loop's sweeper: acked if the workflow completed, handed to a new run if
+it was terminated. Real Pulsar messages, real workflows."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pulsar
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from ledger_deletion.adapters import messaging
+from ledger_deletion.contracts import DeletionInput, DeletionResult, MessageRef, Outcome
+from ledger_deletion.policy import deletion_policy
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+from ledger_deletion.settings import Settings
+from workers.ingest import Ingestor
+from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
+
+pytestmark = pytest.mark.stack
+
+
+def request(ledger_id: int) -> PendingDeleteLedgerInfo:
+    return PendingDeleteLedgerInfo("sweep/ns/t", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger_id)
+
+
+async def test_sweeper_settles_messages_of_ended_workflows(
+    settings: Settings, temporal_client: Client, service, new_ledger_id
+) -> None:
+    topic = f"{settings.topic}-sweep-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(settings.pulsar_url)
+    consumer = client.subscribe(
+        topic,
+        "sweeper",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    producer = client.create_producer(topic, batching_enabled=False)
+    for i in range(3):
+        producer.send(f"m{i}".encode())
+    held = [consumer.receive(timeout_millis=10_000) for _ in range(3)]
+    pending = messaging.PendingAcks()
+    policy = deletion_policy(settings)
+    # Acks of these workflows go to a queue nobody polls: they give up, as when Temporal was down too long.
+    ingestor = Ingestor(
+        temporal_client,
+        consumer,
+        pending,
+        messaging.Publisher(client, f"{topic}-DLQ"),
+        policy,
+        settings.task_queue("workflow"),
+        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+    )
+    completed, running, terminated = (request(new_ledger_id()) for _ in range(3))
+    idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: that workflow stays running
+    for message, req, queue in zip(
+        held,
+        (completed, running, terminated),
+        (settings.task_queue("workflow"), idle_queue, idle_queue),
+        strict=True,
+    ):
+        key = str(message.message_id())
+        pending.hold(key, consumer, message.message_id())
+        await temporal_client.start_workflow(
+            WORKFLOW_NAME,
+            DeletionInput(req, policy),  # topic and znode do not exist: ALREADY_DELETED at once where polled
+            id=req.workflow_id,
+            task_queue=queue,
+            start_signal=ADD_MESSAGE_SIGNAL,
+            start_signal_args=[MessageRef(key, ingestor.ack_queue)],
+        )
+        pending.bind(key, messaging.Handoff(req.workflow_id, req, time.monotonic() - 1000))
+    result: DeletionResult = await temporal_client.get_workflow_handle(
+        completed.workflow_id, result_type=DeletionResult
+    ).result()
+    assert result.outcome is Outcome.ALREADY_DELETED and result.messages_unacked == 1  # its ack was given up
+    await temporal_client.get_workflow_handle(terminated.workflow_id).terminate("operator")
+
+    assert await ingestor.sweep(held_for=0) == 2  # completed: acked; terminated: handed to a new run
+    assert len(pending) == 2  # the running one and the re-submitted one are still held
+    restarted = await temporal_client.get_workflow_handle(terminated.workflow_id).describe()
+    assert restarted.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
+    await temporal_client.get_workflow_handle(running.workflow_id).terminate("test cleanup")
+    consumer.close()
+    # Only the completed workflow's message was acked: the other two come back to a new consumer.
+    again = client.subscribe(topic, "sweeper", consumer_type=pulsar.ConsumerType.Shared)
+    redelivered = sorted(again.receive(timeout_millis=10_000).data() for _ in range(2))
+    assert redelivered == [b"m1", b"m2"]
+    with pytest.raises(pulsar.Timeout):
+        again.receive(timeout_millis=1500)
+    client.close()
