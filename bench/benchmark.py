@@ -200,13 +200,7 @@ class Run:
 
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints
-        return Settings(
-            temporal_address=ep.temporal_address,
-            pulsar_url=ep.pulsar_url,
-            pulsar_admin_url=ep.pulsar_admin_url,
-            zookeeper=ep.zookeeper,
-            s3_endpoint=ep.s3_endpoint,
-            offload_bucket=ep.offload_bucket,
+        return ep.settings(
             topic=self.topic(phase),
             task_queue_prefix=self.prefix(phase),
         )

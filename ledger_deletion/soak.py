@@ -433,14 +433,8 @@ SOAK_PROXY_PORT = 25901
 
 
 def soak_settings(endpoints: Any, proxy_url: str, run_id: str) -> Settings:
-    return Settings(
-        temporal_address=endpoints.temporal_address,
-        temporal_ui_url=endpoints.temporal_ui_url,
-        pulsar_url=endpoints.pulsar_url,
-        pulsar_admin_url=endpoints.pulsar_admin_url,
-        zookeeper=endpoints.zookeeper,
+    return endpoints.settings(
         s3_endpoint=proxy_url,
-        offload_bucket=endpoints.offload_bucket,
         topic=f"persistent://pulsar/system/__ledger_deletion_soak_{run_id}",
         task_queue_prefix=f"ld-soak-{run_id}",
         # Retries outlast every injected fault (longest: ~15 s incl. restart), as production's 10 x up to

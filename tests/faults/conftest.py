@@ -77,14 +77,8 @@ def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Setti
     run = uuid.uuid4().hex[:8]
     proxy.heal()
     proxy.come_back()
-    return Settings(
-        temporal_address=endpoints.temporal_address,
-        temporal_ui_url=endpoints.temporal_ui_url,
-        pulsar_url=endpoints.pulsar_url,
-        pulsar_admin_url=endpoints.pulsar_admin_url,
-        zookeeper=endpoints.zookeeper,
+    return endpoints.settings(
         s3_endpoint=proxy.url,
-        offload_bucket=endpoints.offload_bucket,
         topic=f"persistent://pulsar/system/__ledger_deletion_fault_{run}",
         task_queue_prefix=f"ld-fault-{run}",
         # Retries outlast every fault these tests inject (≤ ~15 s): a transient fault must end in deletion,
