@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from devstack.cluster import SimulatedCluster
     from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
+    from devstack.stack import StackEndpoints
     from ledger_deletion.submit import RequestPublisher
 
 log = logging.getLogger(__name__)
@@ -432,7 +433,7 @@ def soak_ports() -> Any:
 SOAK_PROXY_PORT = 25901
 
 
-def soak_settings(endpoints: Any, proxy_url: str, run_id: str) -> Settings:
+def soak_settings(endpoints: StackEndpoints, proxy_url: str, run_id: str) -> Settings:
     return endpoints.settings(
         s3_endpoint=proxy_url,
         topic=f"persistent://pulsar/system/__ledger_deletion_soak_{run_id}",
