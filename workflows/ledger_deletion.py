@@ -259,18 +259,18 @@ class LedgerDeletionWorkflow:
             pending = [ref for key, ref in self._refs.items() if key not in self._settled]
             if not pending:
                 return lost
-            by_queue: dict[str, list[str]] = defaultdict(list)
+            by_queue: dict[str, list[MessageRef]] = defaultdict(list)
             for ref in pending:
-                by_queue[ref.ack_queue].append(ref.message_id)
+                by_queue[ref.ack_queue].append(ref)
             results = await asyncio.gather(
-                *(self._ack(queue, ids, policy) for queue, ids in by_queue.items())
+                *(self._ack(queue, [r.message_id for r in refs], policy) for queue, refs in by_queue.items())
             )
-            for (queue, ids), acked in zip(by_queue.items(), results, strict=True):
-                self._settled.update(f"{queue}|{mid}" for mid in ids)
+            for refs, acked in zip(by_queue.values(), results, strict=True):
+                self._settled.update(_ref_key(ref) for ref in refs)
                 if acked is None:
-                    lost += len(ids)
+                    lost += len(refs)
                 else:
-                    self._acked += len(ids)
+                    self._acked += len(refs)
 
     async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
         try:
@@ -279,8 +279,9 @@ class LedgerDeletionWorkflow:
                 AckMessagesInput(ids),
                 result_type=AckMessagesResult,
                 task_queue=queue,
-                # Only the receiving process can ack; if it is gone, its messages are redelivered to another
-                # consumer and end in a new run (every step is idempotent), so waiting longer gains nothing.
+                # Only the receiving process can ack. If it is gone, Pulsar redelivers its messages to another
+                # consumer and they end in a new run (every step is idempotent); if it is alive but could not
+                # poll in time, its ingest sweeper acks them once this run has completed.
                 schedule_to_start_timeout=timedelta(seconds=policy.ack_schedule_to_start_seconds),
                 start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
                 retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
