@@ -64,19 +64,7 @@ async def test_temporal_dev_server_killed_and_restarted_mid_batch(
 ) -> None:
     """kill -9 of the dev server (file database, WAL): histories, timers and task queues survive it."""
 
-    async def fault() -> None:
-        await asyncio.sleep(1.5)
-        await asyncio.to_thread(services.kill9, "temporal")
-        await asyncio.sleep(2.0)
-        await asyncio.to_thread(services.start)
-
-    try:
-        async with running_pools(restart_settings, fault_client):
-            report = await run_batch(fault_client, restart_settings, cluster, fault, units=1, seed=22)
-    finally:
-        await asyncio.to_thread(services.start)
-    await report.finish(restart_settings)
-    report.assert_promises()
+    await kill9_and_restart_mid_batch("temporal", 22, fault_client, restart_settings, services, cluster)
 
 
 async def test_pulsar_lite_killed_and_restarted_mid_batch(
@@ -85,15 +73,28 @@ async def test_pulsar_lite_killed_and_restarted_mid_batch(
     """kill -9 of the broker: unacked messages are redelivered after it restarts; acks and dead letters
     that failed meanwhile are retried."""
 
+    await kill9_and_restart_mid_batch("pulsar", 23, fault_client, restart_settings, services, cluster)
+
+
+async def kill9_and_restart_mid_batch(
+    service: str,
+    seed: int,
+    fault_client: Client,
+    restart_settings: Settings,
+    services: ServiceControl,
+    cluster: SimulatedCluster,
+) -> None:
+    """One batch with ``service`` killed -9 1.5 s in and started again 2 s later; then every promise."""
+
     async def fault() -> None:
         await asyncio.sleep(1.5)
-        await asyncio.to_thread(services.kill9, "pulsar")
+        await asyncio.to_thread(services.kill9, service)
         await asyncio.sleep(2.0)
         await asyncio.to_thread(services.start)
 
     try:
         async with running_pools(restart_settings, fault_client):
-            report = await run_batch(fault_client, restart_settings, cluster, fault, units=1, seed=23)
+            report = await run_batch(fault_client, restart_settings, cluster, fault, units=1, seed=seed)
     finally:
         await asyncio.to_thread(services.start)
     await report.finish(restart_settings)
