@@ -13,10 +13,14 @@ disturbed, and their load does not land on our Temporal server):
 * **A, half rate** — another set published at half the measured maximum rate: p50/p95/p99 publish → close
   (= ack) latency, in-use requests (which wait out their grace timer by design) left out.
 * **B** — ``bench/pip186_consumer.py`` in its own process on the same mix.
-* **C** — ``TrivialWorkflow`` with as many no-op activities as A ran per deletion on average, started N times
-  (32 concurrent starts, as the ingest loop does) on the same server.
+* **C** — ``TrivialWorkflow`` of no-op activities, started N times (32 concurrent starts, as the ingest loop
+  does) on the same server, restarted on an empty database first as A started on one; workflow i has the
+  shape of one of A's sampled workflows (same number of activities, same number in the first, parallel
+  round), so both ask the server for the same work.
 * **faults** — A and B again with ``--fault-rate`` (20 %) transient failures injected in the delete steps
-  (``bench/faults.py``, pools started through ``bench/worker.py``): time to drain.
+  (``bench/faults.py``, pools started through ``bench/worker.py``): time to drain. A retries the failed step
+  (1, 2, 4 … s); B reconsumes the whole message after ``--reconsume-seconds`` (PIP-186's default 600 s, so
+  this phase alone takes ~40 minutes; ``--reconsume-seconds 1`` for a quick run).
 
 The last line is ``A/B=<ratio> A/C=<ratio> events_per_deletion=<n> p99_ms=<n>``. Results also go to
 ``bench/results/<utc time>.json``. This is not a test: numbers depend on the machine and on what else runs.
@@ -29,6 +33,8 @@ import asyncio
 import contextlib
 import json
 import os
+import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -54,15 +60,27 @@ from bench.mix import Seeded, seed  # noqa: E402
 from bench.trivial import TRIVIAL_WORKFLOW  # noqa: E402
 from bench.worker import CONSUMER_OFFSET_ENV  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
+from devstack.faults import ServiceControl, count_redeliverable  # noqa: E402
 from devstack.stack import SERVICES, Stack, StackEndpoints, StackPorts  # noqa: E402
 from ledger_deletion import search_attributes as sa  # noqa: E402
 from ledger_deletion.contracts import Outcome  # noqa: E402
 from ledger_deletion.settings import Settings  # noqa: E402
 from ledger_deletion.submit import RequestPublisher  # noqa: E402
 
-BENCH_PORTS = StackPorts(
-    temporal=23233, temporal_ui=23234, pulsar=23650, zookeeper=23181, s3=23900, admin=23080, admin_owner=23081
-)
+
+def bench_ports(base: int = 23000) -> StackPorts:
+    """The benchmark stack's ports: ``base`` + the default ports' last three digits (23233, 23650 …)."""
+    return StackPorts(
+        temporal=base + 233,
+        temporal_ui=base + 234,
+        pulsar=base + 650,
+        zookeeper=base + 181,
+        s3=base + 900,
+        admin=base + 80,
+        admin_owner=base + 81,
+    )
+
+
 VENV_BIN = Path(sys.executable).parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 POOL_NAMES = ("workflow", "pulsar", "bookkeeper", "offload")
@@ -174,6 +192,7 @@ class Run:
     inflight: int = 100  # received-not-acked messages per pulsar process; running workflows in C
     c_pollers: str = "5"
     extra_env: dict[str, str] = field(default_factory=dict)  # more LEDGER_DELETION_* settings for the pools
+    storage_sample: int = 2000  # ledgers/objects checked in ZooKeeper and S3 after a phase; 0 = all
 
     def settings_env(self, phase: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = {
@@ -198,11 +217,16 @@ class Run:
     def prefix(self, phase: str) -> str:
         return f"ldb-{self.run_id}-{phase}"
 
+    @property
+    def colocated(self) -> bool:
+        return self.extra_env.get("LEDGER_DELETION_COLOCATE_POOLS") == "true"
+
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints
         return ep.settings(
             topic=self.topic(phase),
             task_queue_prefix=self.prefix(phase),
+            colocate_pools=self.colocated,
         )
 
 
@@ -300,33 +324,49 @@ async def closed_workflows(client: Client, task_queue: str) -> list[Closed]:
     return out
 
 
-async def history_sample(client: Client, ids: Iterable[str]) -> tuple[float, Counter[str]]:
-    """Mean activities scheduled per workflow, and the event types of the histories sampled."""
+@dataclass(frozen=True)
+class Shape:
+    """What a workflow asked of the server: activities scheduled, and how many of them in the first round."""
+
+    activities: int
+    first_round: int
+
+
+async def history_sample(client: Client, ids: Iterable[str]) -> tuple[list[Shape], Counter[str]]:
+    """The shape of every sampled workflow, and the event types of their histories."""
     kinds: Counter[str] = Counter()
-    activities = []
+    shapes = []
     for workflow_id in ids:
         history = await client.get_workflow_handle(workflow_id).fetch_history()
         names = [event.WhichOneof("attributes") or "" for event in history.events]
         kinds.update(names)
-        activities.append(sum(1 for n in names if n == "activity_task_scheduled_event_attributes"))
-    return (statistics.mean(activities) if activities else 0.0), kinds
+        # Activities scheduled by the same workflow task completion form one round.
+        rounds = [
+            event.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+            for event in history.events
+            if event.HasField("activity_task_scheduled_event_attributes")
+        ]
+        shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0))
+    return shapes, kinds
 
 
 def start_pools(
     run: Run, phase: str, replicas: dict[str, int], env: dict[str, str], faulty: bool
 ) -> list[Proc]:
     procs = []
-    for pool in POOL_NAMES:
+    # Colocated: every pool in each process, on one task queue (eager activities).
+    pools: tuple[str, ...] = ("all",) if run.colocated else POOL_NAMES
+    for pool in pools:
         for replica in range(replicas.get(pool, 1)):
             # The plain CLI unless a wrapper is needed: fault injection, or a second pulsar-pool process (its
             # consumer ids must not collide with the first one's on pulsar-lite; see bench/worker.py).
-            wrapped = faulty or (pool == "pulsar" and replica > 0)
+            wrapped = faulty or (pool in ("pulsar", "all") and replica > 0)
             argv = (
                 [sys.executable, str(ROOT / "bench" / "worker.py"), "worker", "--pool", pool]
                 if wrapped
                 else [str(VENV_BIN / "ledger-deletion"), "worker", "--pool", pool]
             )
-            proc_env = {**env, CONSUMER_OFFSET_ENV: str(replica)} if pool == "pulsar" else env
+            proc_env = {**env, CONSUMER_OFFSET_ENV: str(replica)} if pool in ("pulsar", "all") else env
             procs.append(spawn(f"{phase}-{pool}-{replica}", argv, proc_env, run.logs))
     for proc in procs:
         wait_for_line(proc, "running (ack queue")
@@ -342,11 +382,14 @@ class AResult:
     events_happy: float = 0.0
     events_all: float = 0.0
     activities_per_wf: float = 0.0
+    shapes: list[Shape] = field(default_factory=list)
     p50_ms: float = 0.0
     p95_ms: float = 0.0
     p99_ms: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
     wrong: int = 0
+    missing: int = 0  # requests published whose workflow never closed
+    unacked: int = -1  # messages still in the subscription once the pools stopped (-1: not counted)
     storage_problems: list[str] = field(default_factory=list)
     procs: dict[str, dict[str, float]] = field(default_factory=dict)
     servers_cpu: dict[str, float] = field(default_factory=dict)
@@ -363,8 +406,9 @@ async def run_a(
     fault_rate: float = 0.0,
     stack_procs: StackProcs | None = None,
     sample_histories: int = 0,
-    timeout: float = 3600,
+    timeout: float | None = None,
 ) -> AResult:
+    timeout = timeout or max(3600.0, len(seeded.items) / 2)  # gives up only below 2 deletions/s
     env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
     procs = start_pools(run, phase, replicas or {}, env, faulty=fault_rate > 0)
     try:
@@ -374,7 +418,7 @@ async def run_a(
             stack_procs.mark()
         began = time.time()
         join = publish_in_background(run.settings(phase), seeded, rate)
-        queue = f"{run.prefix(phase)}-workflow"
+        queue = run.settings(phase).task_queue("workflow")
         sampler = asyncio.create_task(_sample_forever(procs))
         await wait_closed(run.client, queue, len(seeded.items), timeout, f"A {phase}")
         sampler.cancel()
@@ -385,6 +429,8 @@ async def run_a(
     finally:
         for proc in procs:
             proc.stop()
+    # Nothing lost: with every pool stopped, whatever Pulsar would still hand out was never acked.
+    unacked = await asyncio.to_thread(count_redeliverable, run.settings(phase))
     closed = await closed_workflows(run.client, queue)
     expected = {item.request.workflow_id: item for item in seeded.items}
     by_id = {c.workflow_id: c for c in closed if c.workflow_id in expected}
@@ -406,14 +452,18 @@ async def run_a(
         p95_ms=percentile(timed, 95),
         p99_ms=percentile(timed, 99),
         outcomes=dict(Counter(c.outcome for c in by_id.values())),
-        wrong=sum(1 for w, item in expected.items() if by_id[w].outcome != item.outcome.value),
-        storage_problems=seeded.check_storage(run.cluster, sample=2000)[:20],
+        wrong=sum(1 for w, item in expected.items() if w in by_id and by_id[w].outcome != item.outcome.value),
+        missing=sum(1 for w in expected if w not in by_id),
+        unacked=unacked,
+        storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
         procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
         servers_cpu=servers,
     )
     if sample_histories:
-        ids = [c.workflow_id for c in by_id.values()][:sample_histories]
-        result.activities_per_wf, kinds = await history_sample(run.client, ids)
+        ids = sorted(by_id)
+        ids = random.Random(0).sample(ids, min(sample_histories, len(ids)))
+        result.shapes, kinds = await history_sample(run.client, ids)
+        result.activities_per_wf = statistics.mean(s.activities for s in result.shapes)
         result.event_kinds = dict(kinds)
     return result
 
@@ -453,8 +503,10 @@ def run_b(
     fault_rate: float = 0.0,
     reconsume_seconds: float,
     rate: float | None = None,
-    timeout: float = 3600,
+    timeout: float | None = None,
 ) -> BResult:
+    # Room for every reconsume round PIP-186 allows (10) plus the work itself.
+    timeout = timeout or max(3600.0, reconsume_seconds * 11 + 600)
     env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
     results = run.logs / f"{phase}-pip186.json"
     argv = [
@@ -496,7 +548,7 @@ def run_b(
         faults_injected=data["faults_injected"],
         cpu_s=round(proc.cpu_s, 1),
         rss_mb=round(proc.rss_mb),
-        storage_problems=seeded.check_storage(run.cluster, sample=2000)[:20],
+        storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
     )
 
 
@@ -506,7 +558,8 @@ def run_b(
 @dataclass
 class CResult:
     n: int
-    activities: int
+    activities: float  # mean per workflow (the shapes are A's)
+    first_round: float
     seconds: float
     rate: float
     steady_rate: float
@@ -514,8 +567,13 @@ class CResult:
     servers_cpu: dict[str, float]
 
 
-async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, timeout: float = 3600) -> CResult:
+async def run_c(
+    run: Run, n: int, shapes: list[Shape], stack_procs: StackProcs, timeout: float = 3600
+) -> CResult:
+    """N trivial workflows, the i-th shaped like ``shapes[i % len(shapes)]`` (A's sampled histories)."""
     queue = f"{run.prefix('c')}-trivial"
+    roles = ("both",) if run.colocated else ("workflow", "activity")
+    activity_queue = queue if run.colocated else f"{queue}-activities"
     procs = [
         spawn(
             f"c-{role}",
@@ -534,7 +592,7 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
             run.base_env,
             run.logs,
         )
-        for role in ("workflow", "activity")
+        for role in roles
     ]
     try:
         for proc in procs:
@@ -546,11 +604,12 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
 
         async def start(index: int) -> None:
             # As the ingest loop: at most 32 starts at a time, at most ``inflight`` workflows not closed.
+            shape = shapes[index % len(shapes)]
             async with running:
                 async with starting:
                     handle = await run.client.start_workflow(
                         TRIVIAL_WORKFLOW,
-                        args=[activities, f"{queue}-activities"],
+                        args=[shape.activities, activity_queue, shape.first_round],
                         id=f"{queue}/{index}",
                         task_queue=queue,
                     )
@@ -567,9 +626,11 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
             proc.stop()
     closed = await closed_workflows(run.client, queue)
     end = max(c.close for c in closed)
+    used = [shapes[i % len(shapes)] for i in range(n)]
     return CResult(
         n=len(closed),
-        activities=activities,
+        activities=statistics.mean(s.activities for s in used),
+        first_round=statistics.mean(s.first_round for s in used),
         seconds=end - began,
         rate=len(closed) / (end - began),
         steady_rate=steady_rate([c.close for c in closed]),
@@ -579,6 +640,31 @@ async def run_c(run: Run, n: int, activities: int, stack_procs: StackProcs, time
 
 
 # --- main ------------------------------------------------------------------------------------------------
+
+
+def pin_server(stack: Stack) -> None:
+    """The Temporal server alone on CPU 0: A and C are then bound by what one core of server can orchestrate,
+    as when the server has a machine of its own (everything else this run starts inherits CPU 1)."""
+    server = stack.pid("temporal")
+    assert server is not None, "--pin-server needs the stack started by this run (no --keep-state)"
+    for task in Path(f"/proc/{server}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {0})
+
+
+async def empty_temporal_database(stack: Stack, run: Run, pinned: bool) -> None:
+    """Restart the Temporal server on an empty database, so C starts where A started.
+
+    The dev server's cost per workflow grows with its database within minutes (plain trivial workflows:
+    65 → 75 → 108 ms of server CPU over 3,000 workflows in ``bench/server_cost.py``), so a C measured
+    after A on A's database would be handicapped.
+    """
+    ServiceControl(stack).stop("temporal")
+    for path in (stack.state_dir / "data").glob("temporal.db*"):
+        path.unlink()
+    ServiceControl(stack).start()
+    if pinned:
+        pin_server(stack)
+    run.client = await Client.connect(run.endpoints.temporal_address)
 
 
 def load_average() -> str:
@@ -594,8 +680,18 @@ def parse_replicas(text: str) -> dict[str, int]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    stack = Stack(args.state_dir, BENCH_PORTS)
+    stack = Stack(args.state_dir, bench_ports(args.port_base))
+    if not args.keep_state:
+        # Every run on an empty Temporal database: a database grown by earlier runs (800 MB after a dozen)
+        # makes each write dearer and the numbers drift from run to run.
+        stack.down()
+        shutil.rmtree(args.state_dir / "data", ignore_errors=True)
+    if args.pin_server:
+        # Everything this run starts (stack services, pools, C's workers) inherits CPU 1 ...
+        os.sched_setaffinity(0, {1})
     endpoints = stack.up()
+    if args.pin_server:
+        pin_server(stack)
     base_env = {**os.environ, **endpoints.as_env()}
     os.environ.update({k: v for k, v in endpoints.as_env().items() if k.startswith("AWS_")})
     run_id = uuid.uuid4().hex[:6]
@@ -605,7 +701,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
     client = await Client.connect(endpoints.temporal_address)
     extra = dict(item.split("=", 1) for item in args.set)
-    run = Run(endpoints, run_id, logs, cluster, client, base_env, args.inflight, args.c_pollers, extra)
+    run = Run(
+        endpoints,
+        run_id,
+        logs,
+        cluster,
+        client,
+        base_env,
+        args.inflight,
+        args.c_pollers,
+        extra,
+        args.storage_sample,
+    )
     stack_procs = StackProcs.of(stack)
     report: dict[str, Any] = {
         "n": args.n,
@@ -617,6 +724,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "c_pollers": args.c_pollers,
         "settings": args.set,
         "fault_rate": args.fault_rate,
+        "reconsume_seconds": args.reconsume_seconds,
+        "pin_server": args.pin_server,
     }
     n = args.n
 
@@ -649,16 +758,25 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"B: {b.rate:.1f} deletions/s", flush=True)
 
     if not args.skip_c:
-        activities = round(a.activities_per_wf) if a.activities_per_wf else 5
-        c = await run_c(run, n, activities, stack_procs)
+        # Equal activity count: C replays the shape (activities, first-round width) of A's sampled workflows.
+        shapes = a.shapes or [Shape(5, 2)]
+        if not args.keep_state:
+            await empty_temporal_database(stack, run, args.pin_server)
+            stack_procs = StackProcs.of(stack)
+        c = await run_c(run, n, shapes, stack_procs)
         report["C"] = asdict(c)
-        print(f"C: {c.rate:.1f} workflows/s ({activities} activities)", flush=True)
+        print(f"C: {c.rate:.1f} workflows/s ({c.activities:.2f} activities per workflow)", flush=True)
 
     if args.fault_rate > 0 and not args.skip_faults:
         fa = await run_a(run, "fa", seeded("fa", n), replicas=replicas, fault_rate=args.fault_rate)
         report["A_faults"] = asdict(fa)
         print(f"A with faults: drained in {fa.seconds:.1f} s", flush=True)
         if not args.skip_b:
+            print(
+                f"B with faults: a failed message comes back after {args.reconsume_seconds:.0f} s "
+                "(reconsumeLater); draining takes several such rounds",
+                flush=True,
+            )
             fb = run_b(
                 run,
                 "fb",
@@ -681,6 +799,7 @@ def print_table(report: dict[str, Any]) -> str:
     lines = [
         f"N={report['n']}  run {report['run_id']}  load avg {report['load_before']} -> {report['load_after']}"
         f"  replicas {report['replicas'] or 'one per pool'}  in-flight {report.get('inflight')}"
+        f"{'  server pinned to CPU 0' if report.get('pin_server') else ''}"
         f"  {' '.join(report.get('settings', []))}",
         "",
         f"{'run':<36} {'n':>6} {'seconds':>8} {'per s':>6} {'steady':>6} "
@@ -700,12 +819,17 @@ def print_table(report: dict[str, Any]) -> str:
     if b:
         row("B PIP-186 consumer, backlog", b)
     if c:
-        row(f"C trivial wf, {c['activities']} activities", {**c, "p50_ms": float("nan")})
+        row(f"C trivial wf, {c['activities']:.2f} activities", {**c, "p50_ms": float("nan")})
     fa, fb = report.get("A_faults"), report.get("B_faults")
     if fa:
         row(f"A with {report['fault_rate']:.0%} delete faults", fa, f"{fa['events_happy']:.1f}")
     if fb:
         row(f"B with faults, {fb['reconsumed']} reconsumed", fb)
+    if fa and fb:
+        lines.append(
+            f"faults: A drained in {fa['seconds']:.0f} s, B in {fb['seconds']:.0f} s "
+            f"(B reconsumes after {report.get('reconsume_seconds', float('nan')):.0f} s)"
+        )
     lines.append("")
     lines.append("process                     cpu s   peak RSS MB")
     for name, stats in a["procs"].items():
@@ -719,7 +843,8 @@ def print_table(report: dict[str, Any]) -> str:
     if c:
         lines.append(f"  servers during C: {c['servers_cpu']}")
     lines.append(
-        f"A outcomes {a['outcomes']}, wrong {a['wrong']}, storage problems {len(a['storage_problems'])}"
+        f"A outcomes {a['outcomes']}, wrong {a['wrong']}, missing {a.get('missing', 0)}, "
+        f"unacked {a.get('unacked', -1)}, storage problems {len(a['storage_problems'])}"
     )
     if b:
         lines.append(f"B outcomes {b['outcomes']}, storage problems {len(b['storage_problems'])}")
@@ -743,8 +868,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=1000, help="requests per run")
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-bench-stack"))
+    parser.add_argument(
+        "--port-base",
+        type=int,
+        default=23000,
+        help="ports of the benchmark's own stack (23233 Temporal …); another base and --state-dir run a "
+        "second benchmark beside the first",
+    )
     parser.add_argument("--fault-rate", type=float, default=0.2)
-    parser.add_argument("--reconsume-seconds", type=float, default=1.0, help="B's reconsumeLater delay")
+    parser.add_argument(
+        "--reconsume-seconds",
+        type=float,
+        default=600.0,
+        help="B's reconsumeLater delay (PIP-186's default, 600 s; the fault phase then takes ~40 min)",
+    )
     parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
     parser.add_argument(
         "--inflight", type=int, default=100, help="ingest max in-flight (A) and running workflows (C)"
@@ -754,7 +891,21 @@ def main() -> None:
         "--set", action="append", default=[], metavar="VAR=VALUE", help="extra environment for the pools"
     )
     parser.add_argument("--half-seconds", type=float, default=60.0, help="length of the half-rate run")
+    parser.add_argument(
+        "--storage-sample",
+        type=int,
+        default=2000,
+        help="ledgers and objects checked in ZooKeeper/S3 after each phase (0: every one)",
+    )
     parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")
+    parser.add_argument(
+        "--pin-server",
+        action="store_true",
+        help="Temporal server alone on CPU 0, everything else on CPU 1 (server-bound A/C)",
+    )
+    parser.add_argument(
+        "--keep-state", action="store_true", help="reuse the stack's databases instead of starting empty"
+    )
     parser.add_argument("--skip-b", action="store_true")
     parser.add_argument("--skip-c", action="store_true")
     parser.add_argument("--skip-half", action="store_true")

@@ -1,4 +1,5 @@
-"""Worker process of benchmark C: ``--role workflow`` runs TrivialWorkflow, ``--role activity`` the no-op.
+"""Worker process of benchmark C: ``--role workflow`` runs TrivialWorkflow, ``--role activity`` the no-op,
+``--role both`` both on one task queue (the counterpart of colocated pools).
 
     python bench/orchestration_limit.py --address 127.0.0.1:7233 --queue q --role workflow
 
@@ -46,6 +47,18 @@ async def serve(address: str, queue: str, role: str, concurrency: int, pollers: 
             max_concurrent_workflow_tasks=concurrency,
             workflow_task_poller_behavior=behavior,
         )
+    elif role == "both":  # as the colocated pools: activities on the workflow's queue, started eagerly
+        worker = Worker(
+            client,
+            task_queue=queue,
+            workflows=[TrivialWorkflow],
+            activities=[noop],
+            activity_executor=ThreadPoolExecutor(concurrency),
+            max_concurrent_workflow_tasks=concurrency,
+            max_concurrent_activities=concurrency,
+            workflow_task_poller_behavior=behavior,
+            activity_task_poller_behavior=behavior,
+        )
     else:
         worker = Worker(
             client,
@@ -64,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--address", required=True)
     parser.add_argument("--queue", required=True)
-    parser.add_argument("--role", choices=("workflow", "activity"), required=True)
+    parser.add_argument("--role", choices=("workflow", "activity", "both"), required=True)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument(
         "--pollers", default="5", help="a fixed number of pollers (5, the SDK default), or autoscale"

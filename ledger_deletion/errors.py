@@ -73,17 +73,3 @@ class UnsupportedOffloadDriver(PermanentError):
 
 class ConfigurationError(PermanentError):
     """Settings that cannot work together."""
-
-
-PERMANENT_ERROR_TYPES: tuple[str, ...] = tuple(
-    cls.__name__
-    for cls in (
-        PermanentError,
-        InvalidRequestError,
-        MetadataFormatError,
-        AuthorizationError,
-        UnsupportedOffloadDriver,
-        ConfigurationError,
-    )
-)
-"""Names Temporal must never retry; used in every activity retry policy."""

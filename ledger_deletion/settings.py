@@ -19,6 +19,7 @@ DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
 
 POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
+COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
 
 
 class StepRetry(BaseModel):
@@ -96,6 +97,10 @@ class Settings(BaseSettings):
     bookkeeper_concurrency: int = Field(default=64, ge=1)
     offload_concurrency: int = Field(default=32, ge=1)
     ingest_max_inflight: int = Field(default=1000, ge=1)  # received, not yet acked messages per process
+    # Every pool on one task queue, for processes that each run all pools (``--pool all``): an activity then
+    # starts eagerly on the worker whose workflow scheduled it, with no task-queue round trip through the
+    # server (docs/performance.md). Pools can then no longer be deployed and scaled apart.
+    colocate_pools: bool = False
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
     # Observability: Prometheus endpoints per process (one process per pool in production); 0 turns one off.
@@ -111,7 +116,7 @@ class Settings(BaseSettings):
     def task_queue(self, pool: str) -> str:
         if pool not in POOLS:
             raise ConfigurationError(f"unknown pool {pool!r}; pools are {', '.join(POOLS)}")
-        return f"{self.task_queue_prefix}-{pool}"
+        return f"{self.task_queue_prefix}-{COLOCATED if self.colocate_pools else pool}"
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests, CLI flags)."""

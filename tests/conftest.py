@@ -12,6 +12,7 @@ import contextlib
 import itertools
 import os
 import random
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -88,6 +89,15 @@ async def running_pools(
     finally:
         stop.set()
         await asyncio.wait_for(task, timeout=60)
+
+
+async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> None:
+    """Until the process holds no received-but-unacked message; fails after ``timeout`` seconds."""
+    assert running.ingestor is not None
+    deadline = time.monotonic() + timeout
+    while len(running.ingestor.pending) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.policy import deletion_policy
 from ledger_deletion.settings import POOLS, Settings
@@ -83,21 +84,26 @@ async def run_pools(
     unknown = wanted - set(POOLS)
     if unknown:
         raise ValueError(f"unknown pool(s) {sorted(unknown)}; choose from {', '.join(POOLS)} or all")
+    if settings.colocate_pools and wanted != frozenset(POOLS):
+        # Every task of every pool lands on the one queue: a process lacking a pool would fail its tasks.
+        raise ConfigurationError(
+            "LEDGER_DELETION_COLOCATE_POOLS puts every pool on one task queue: run all pools in every "
+            f"process (--pool all), not {', '.join(sorted(wanted))}"
+        )
     # Before any client exists: kazoo and friends log credentials at DEBUG (idempotent).
     redaction.install(settings)
     temporal = client or await connect_temporal(settings)
     running = RunningPools(pools=wanted)
+    hosted: dict[str, _Hosted] = {}
+
+    def host(pool: str, activities: list[Any], concurrency: int) -> None:
+        queue = hosted.setdefault(settings.task_queue(pool), _Hosted())
+        queue.activities += activities
+        queue.concurrency += concurrency
+
     async with AsyncExitStack() as stack:
         if "workflow" in wanted:
-            running.workers.append(
-                Worker(
-                    temporal,
-                    task_queue=settings.task_queue("workflow"),
-                    workflows=[LedgerDeletionWorkflow],
-                    max_concurrent_workflow_tasks=settings.workflow_concurrency,
-                    workflow_runner=_sandbox(),
-                )
-            )
+            hosted.setdefault(settings.task_queue("workflow"), _Hosted()).workflows = True
         if "bookkeeper" in wanted:
             store = LedgerStore(
                 settings.zookeeper,
@@ -107,28 +113,12 @@ async def run_pools(
             )
             stack.callback(store.close)
             bk = BookKeeperActivities(store)
-            running.workers.append(
-                _activity_worker(
-                    temporal,
-                    settings.task_queue("bookkeeper"),
-                    [bk.verify_bk_metadata, bk.delete_bk_ledger],
-                    settings.bookkeeper_concurrency,
-                    stack,
-                )
-            )
+            host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
             offload = OffloadActivities(
                 ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
             )
-            running.workers.append(
-                _activity_worker(
-                    temporal,
-                    settings.task_queue("offload"),
-                    [offload.delete_offload_segment],
-                    settings.offload_concurrency,
-                    stack,
-                )
-            )
+            host("offload", [offload.delete_offload_segment], settings.offload_concurrency)
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
         if "pulsar" in wanted:
@@ -144,23 +134,17 @@ async def run_pools(
             pending = messaging.PendingAcks()
             admin_activities = PulsarAdminActivities(admin)
             messaging_activities = MessagingActivities(pending, dead_letters)
-            running.workers.append(
-                _activity_worker(
-                    temporal,
-                    settings.task_queue("pulsar"),
-                    [
-                        admin_activities.check_topic,
-                        admin_activities.ask_owner_broker,
-                        messaging_activities.publish_dead_letter,
-                    ],
-                    settings.pulsar_concurrency,
-                    stack,
-                )
+            host(
+                "pulsar",
+                [
+                    admin_activities.check_topic,
+                    admin_activities.ask_owner_broker,
+                    messaging_activities.publish_dead_letter,
+                ],
+                settings.pulsar_concurrency,
             )
             running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
-            running.workers.append(
-                _activity_worker(temporal, running.ack_queue, [messaging_activities.ack_messages], 8, stack)
-            )
+            hosted[running.ack_queue] = _Hosted(activities=[messaging_activities.ack_messages], concurrency=8)
             # The system topic plus per-namespace deletion topics (tenant isolation), as one consumer.
             consumer = await asyncio.to_thread(
                 subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
@@ -177,6 +161,7 @@ async def run_pools(
                 ack_queue=running.ack_queue,
                 max_inflight=settings.ingest_max_inflight,
             )
+        running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
         sweeper: asyncio.Task[None] | None = None
         if running.ingestor is not None:
@@ -215,17 +200,33 @@ async def _drain(ingestor: Ingestor, grace_seconds: float) -> None:
         await asyncio.sleep(0.2)
 
 
-def _activity_worker(
-    client: Client, task_queue: str, activities: list[Any], concurrency: int, stack: AsyncExitStack
+@dataclass
+class _Hosted:
+    """What this process serves on one task queue (several pools share one with ``colocate_pools``)."""
+
+    workflows: bool = False
+    activities: list[Any] = field(default_factory=list)
+    concurrency: int = 0
+
+
+def _worker(
+    client: Client, task_queue: str, hosted: _Hosted, settings: Settings, stack: AsyncExitStack
 ) -> Worker:
-    executor = _threaded(concurrency, task_queue)
-    stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+    executor = None
+    if hosted.activities:
+        executor = _threaded(hosted.concurrency, task_queue)
+        stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+    # Workflows and activities on one queue (colocated pools): the SDK asks the server to hand each
+    # activity the workflow schedules straight back to this worker (eager activity execution).
     return Worker(
         client,
         task_queue=task_queue,
-        activities=activities,
+        workflows=[LedgerDeletionWorkflow] if hosted.workflows else [],
+        workflow_runner=_sandbox(),
+        max_concurrent_workflow_tasks=settings.workflow_concurrency if hosted.workflows else None,
+        activities=hosted.activities,
         activity_executor=executor,
-        max_concurrent_activities=concurrency,
+        max_concurrent_activities=hosted.concurrency or None,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
 

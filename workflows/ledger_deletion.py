@@ -48,7 +48,6 @@ with workflow.unsafe.imports_passed_through():
         VerifyBkMetadataInput,
         VerifyBkMetadataResult,
     )
-    from ledger_deletion.errors import PERMANENT_ERROR_TYPES
     from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
 
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
@@ -322,7 +321,8 @@ def _retry_policy(spec: RetrySpec) -> RetryPolicy:
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=max(spec.max_interval_seconds, spec.initial_seconds)),
         maximum_attempts=spec.max_attempts,
-        non_retryable_error_types=list(PERMANENT_ERROR_TYPES),
+        # No non_retryable_error_types: the activity boundary raises permanent errors as non-retryable
+        # (activities/_boundary.py), and the list would be written into every activity's history event.
     )
 
 

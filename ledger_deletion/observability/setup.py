@@ -10,7 +10,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from ledger_deletion.observability import metrics, redaction, tracing
 from ledger_deletion.observability.interceptor import DeletionInterceptor
-from ledger_deletion.settings import POOLS, Settings
+from ledger_deletion.settings import COLOCATED, POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
 
 log = logging.getLogger(__name__)
@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def pool_resolver(settings: Settings) -> Callable[[str], str]:
     """Task queue → pool name (the per-process ack queues ``<pulsar queue>-ack-<id>`` are the pulsar pool)."""
-    queues = {settings.task_queue(pool): pool for pool in POOLS}
+    queues = {settings.task_queue(pool): COLOCATED if settings.colocate_pools else pool for pool in POOLS}
 
     def pool_of(task_queue: str) -> str:
         if task_queue in queues:
@@ -46,9 +46,14 @@ def temporal_runtime(settings: Settings, pools: Iterable[str]) -> Runtime | None
     )
 
 
-def interceptors(settings: Settings) -> list[Interceptor]:
-    """Tracing first (it opens the spans), then ours (it annotates them and measures)."""
-    return [tracing.tracing_interceptor(), DeletionInterceptor(pool_resolver(settings))]
+def interceptors(settings: Settings, *, traced: bool = True) -> list[Interceptor]:
+    """Tracing first (it opens the spans), then ours (it annotates them and measures).
+
+    Without ``traced`` only ours: Temporal's tracing interceptor would open spans in every workflow task
+    and add a header to every activity for traces that go nowhere.
+    """
+    ours = DeletionInterceptor(pool_resolver(settings))
+    return [tracing.tracing_interceptor(), ours] if traced else [ours]
 
 
 async def observed_client(settings: Settings, pools: Iterable[str]) -> Client:
@@ -62,5 +67,5 @@ async def observed_client(settings: Settings, pools: Iterable[str]) -> Client:
     return await connect_temporal(
         settings,
         runtime=temporal_runtime(settings, names),
-        interceptors=interceptors(settings),
+        interceptors=interceptors(settings, traced=tracing.installed()),
     )

@@ -57,25 +57,38 @@ def install(
     *,
     extra_processors: tuple[SpanProcessor, ...] = (),
     env: Mapping[str, str] = os.environ,
-) -> TracerProvider:
-    """Set the process's TracerProvider once (OpenTelemetry allows a single global provider)."""
+) -> TracerProvider | None:
+    """Set the process's TracerProvider once (OpenTelemetry allows a single global provider).
+
+    Returns None, and installs nothing, when no span would go anywhere (no OTLP endpoint, no extra
+    processor): recording spans nobody reads cost the workflow pool CPU and every activity a header in
+    the history (measured in docs/performance.md). OpenTelemetry's no-op tracer then serves ``ingest_span``.
+    """
     global _installed
     if _installed is not None:
         for processor in extra_processors:
             _installed.add_span_processor(processor)
         return _installed
+    exporting = otlp_requested(env)
+    if not exporting and not extra_processors:
+        return None
     provider = TracerProvider(
         resource=Resource.create({SERVICE_NAME: env.get("OTEL_SERVICE_NAME", service_name)})
     )
     for processor in extra_processors:
         provider.add_span_processor(processor)
-    if otlp_requested(env):
+    if exporting:
         provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(env)))
         # Log where spans go, not the headers (OTEL_EXPORTER_OTLP_HEADERS may carry an API key).
         log.info("exporting traces over OTLP to %s", _endpoint(env))
     trace.set_tracer_provider(provider)
     _installed = provider
     return provider
+
+
+def installed() -> bool:
+    """Whether spans of this process go somewhere (``install`` set a provider)."""
+    return _installed is not None
 
 
 def _endpoint(env: Mapping[str, str]) -> str:

@@ -9,6 +9,7 @@ own deletion topic and task queues, so a test only ever sees its own messages an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +29,7 @@ from devstack.stack import (
     StackPorts,
     default_state_dir,
 )
-from ledger_deletion.settings import Settings
+from ledger_deletion.settings import POOLS, Settings
 
 # Below the ephemeral port range, apart from the default stack (1xxxx) and the soak (25xxx).
 FAULT_PORTS = StackPorts(
@@ -131,15 +132,15 @@ def cluster(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> Si
     return SimulatedCluster(fault_zk, fault_s3, bucket=fault_endpoints.offload_bucket)
 
 
-@pytest.fixture(scope="module")
-async def pool_processes(module_settings: Settings, fault_stack: Stack) -> AsyncIterator[PoolSet]:
-    """The four pools, one process each (killable with SIGKILL), on the module's topic and queues.
-
-    Starting four Python processes costs ~10 s on two cores, so the tests of a module share them.
-    """
+@contextlib.asynccontextmanager
+async def started_pools(
+    settings: Settings, fault_stack: Stack, pools: tuple[str, ...] = POOLS, log_name: str = ""
+) -> AsyncIterator[PoolSet]:
+    """Pool processes (killable with SIGKILL) on ``settings``' topic and queues, stopped on exit."""
     pool_set = PoolSet(
-        module_settings,
-        fault_stack.state_dir / "logs" / module_settings.task_queue_prefix,
+        settings,
+        fault_stack.state_dir / "logs" / (log_name or settings.task_queue_prefix),
+        pools=pools,
         extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
     )
     await asyncio.to_thread(pool_set.start)
@@ -147,3 +148,13 @@ async def pool_processes(module_settings: Settings, fault_stack: Stack) -> Async
         yield pool_set
     finally:
         await asyncio.to_thread(pool_set.stop)
+
+
+@pytest.fixture(scope="module")
+async def pool_processes(module_settings: Settings, fault_stack: Stack) -> AsyncIterator[PoolSet]:
+    """The four pools, one process each (killable with SIGKILL), on the module's topic and queues.
+
+    Starting four Python processes costs ~10 s on two cores, so the tests of a module share them.
+    """
+    async with started_pools(module_settings, fault_stack) as pool_set:
+        yield pool_set

@@ -29,7 +29,7 @@ from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.soak import latest_result, wait_quiet
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools
+from tests.conftest import running_pools, wait_until_all_acked
 from tests.faults.conftest import make_fault_settings
 from workers.pools import RunningPools
 
@@ -74,14 +74,6 @@ class Partitions:
         self.client.close()
 
 
-async def all_acked(running: RunningPools, timeout: float = 30.0) -> None:
-    assert running.ingestor is not None
-    deadline = time.monotonic() + timeout
-    while len(running.ingestor.pending) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
-
-
 def fresh_topic(cluster: SimulatedCluster, ledgers: int) -> tuple[str, list[int]]:
     topic = f"race/{uuid.uuid4().hex[:8]}/t-partition-0"
     ids = cluster.new_ledger_ids(ledgers)
@@ -102,7 +94,7 @@ async def test_request_before_metadata_update_is_deleted_once_released(
     result = await latest_result(fault_client, request.workflow_id, 60)
     assert result.outcome is Outcome.DELETED
     assert not cluster.ledger_exists(ids[0]) and all(cluster.ledger_exists(i) for i in ids[1:])
-    await all_acked(race_pools)
+    await wait_until_all_acked(race_pools)
 
 
 async def test_failed_metadata_update_keeps_the_ledger_until_the_broker_resends(
@@ -124,7 +116,7 @@ async def test_failed_metadata_update_keeps_the_ledger_until_the_broker_resends(
     # The second request is a new run of the same workflow id (the first run closed).
     assert second.outcome is Outcome.DELETED
     assert not cluster.ledger_exists(ids[0]) and all(cluster.ledger_exists(i) for i in ids[1:])
-    await all_acked(race_pools)
+    await wait_until_all_acked(race_pools)
 
 
 async def test_same_ledger_requested_again_after_its_workflow_completed(
@@ -146,7 +138,7 @@ async def test_same_ledger_requested_again_after_its_workflow_completed(
     second = await latest_result(fault_client, request.workflow_id, 60)
     assert second.outcome is Outcome.ALREADY_DELETED and second.messages_acked == 1
     assert all(cluster.ledger_exists(i) for i in ids[1:])
-    await all_acked(race_pools)
+    await wait_until_all_acked(race_pools)
 
 
 async def test_requests_reordered_across_partitions(
@@ -172,7 +164,7 @@ async def test_requests_reordered_across_partitions(
     assert not any(cluster.ledger_exists(i) for i in ids[:3]) and cluster.ledger_exists(ids[3])
     assert not any(cluster.object_exists(k, b) for b, k in keys)
     assert {r.ledger_type for r in requests} == {LedgerType.LEDGER.value, LedgerType.OFFLOAD_LEDGER.value}
-    await all_acked(race_pools)
+    await wait_until_all_acked(race_pools)
     assert await wait_quiet(fault_client, race_settings, timeout=30, quiet=1.0) == []
 
 
@@ -240,7 +232,7 @@ async def test_random_interleavings_keep_the_invariants(
         partitions.close()
     results = {i: await latest_result(fault_client, requests[i].workflow_id, 90) for i in requests}
     assert await wait_quiet(fault_client, race_settings, timeout=60, quiet=1.0) == []
-    await all_acked(race_pools)
+    await wait_until_all_acked(race_pools)
     for ledger, plan in zip(ids, plans, strict=False):
         outcome = results[ledger].outcome
         if plan.update_at is None:

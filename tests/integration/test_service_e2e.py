@@ -20,7 +20,7 @@ from devstack.scenario import Scenario, build_and_mark
 from ledger_deletion.contracts import DeletionResult, Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools, wait_for_result
+from tests.conftest import running_pools, wait_for_result, wait_until_all_acked
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack
@@ -65,14 +65,6 @@ def read_dead_letters(settings: Settings, count: int, timeout_s: float = 20) -> 
         return letters
     finally:
         client.close()
-
-
-async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> None:
-    assert running.ingestor is not None
-    deadline = time.monotonic() + timeout
-    while len(running.ingestor.pending) and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
 
 
 async def test_every_case_of_the_scenario(
@@ -176,3 +168,42 @@ async def test_restarted_pulsar_pool_loses_nothing(
     assert {r.outcome for r in results} <= {Outcome.DELETED, Outcome.ALREADY_DELETED}
     assert not any(cluster.ledger_exists(i) for i in ids[:10])
     assert all(cluster.ledger_exists(i) for i in ids[10:])
+
+
+async def test_colocated_pools_handle_every_case_on_one_task_queue(
+    settings: Settings, temporal_client: Client, zk, s3, stack
+) -> None:
+    """``colocate_pools``: one process, one task queue, every activity started eagerly by the same worker."""
+    colocated = settings.with_overrides(
+        topic=f"{settings.topic}-colocated",
+        task_queue_prefix=f"{settings.task_queue_prefix}-colocated",
+        colocate_pools=True,
+    )
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    async with running_pools(colocated, temporal_client) as running:
+        with RequestPublisher(colocated) as colocated_publisher:
+            scenario = build_and_mark(
+                cluster,
+                f"e2e/ns-{uuid.uuid4().hex[:6]}",
+                colocated_publisher.publish,
+                colocated_publisher.publish_raw,
+            )
+            results = await collect_results(temporal_client, scenario)
+        await wait_until_all_acked(running)
+    wrong = {
+        case.label: results[case.request.workflow_id].outcome.value
+        for case in scenario.cases
+        if results[case.request.workflow_id].outcome is not case.expected
+    }
+    assert wrong == {}
+    assert scenario.check_storage() == []
+    deleted = next(c for c in scenario.cases if c.expected is Outcome.DELETED and c.copies == 1)
+    history = await temporal_client.get_workflow_handle(deleted.request.workflow_id).fetch_history()
+    queues = {
+        event.activity_task_scheduled_event_attributes.task_queue.name
+        for event in history.events
+        if event.HasField("activity_task_scheduled_event_attributes")
+    }
+    shared = colocated.task_queue("workflow")
+    # every step on the one queue, except the ack, which goes to the process holding the message
+    assert {q for q in queues if "-ack-" not in q} == {shared} and len(queues) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 
 from ledger_deletion.observability import redaction, tracing
 from ledger_deletion.observability.interceptor import RequestContext, context_of_input
-from ledger_deletion.observability.setup import pool_resolver
+from ledger_deletion.observability.setup import interceptors, pool_resolver
 from ledger_deletion.ops.deletions import visibility_query
 from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, DeadLetter, replay_properties
 from ledger_deletion.settings import Settings
@@ -194,3 +195,28 @@ def test_a_pattern_the_broker_cannot_serve_is_a_clear_configuration_error() -> N
 
     with pytest.raises(ConfigurationError, match="LEDGER_DELETION_TENANT_TOPICS"):
         subscribe_all(NoPatterns(), Settings(topic_pattern="persistent://a/b/x.*"), 10)
+
+
+def test_no_tracing_work_when_spans_go_nowhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    from temporalio.contrib.opentelemetry import TracingInterceptor
+
+    monkeypatch.setattr(tracing, "_installed", None)
+    assert tracing.install("unit", env={}) is None
+    assert not tracing.installed()
+    settings = Settings()
+    assert not any(isinstance(i, TracingInterceptor) for i in interceptors(settings, traced=False))
+    assert any(isinstance(i, TracingInterceptor) for i in interceptors(settings, traced=True))
+
+
+async def test_colocated_pools_share_one_queue_and_refuse_a_partial_process() -> None:
+    from ledger_deletion.errors import ConfigurationError
+    from workers.pools import run_pools
+
+    colocated = Settings(colocate_pools=True)
+    assert {colocated.task_queue(pool) for pool in ("workflow", "pulsar", "bookkeeper", "offload")} == {
+        "ledger-deletion-all"
+    }
+    assert pool_resolver(colocated)("ledger-deletion-all") == "all"
+    assert Settings().task_queue("bookkeeper") == "ledger-deletion-bookkeeper"
+    with pytest.raises(ConfigurationError, match="--pool all"):
+        await run_pools(["bookkeeper"], colocated, asyncio.Event())

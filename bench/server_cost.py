@@ -1,0 +1,179 @@
+"""What A's extras cost the Temporal server: dev-server CPU per trivial workflow with and without them.
+
+    python bench/server_cost.py --n 200 --rounds 3
+
+The deletion workflow asks more of the server than benchmark C's trivial workflow: it is started by
+signal-with-start, carries seven search attributes from the start and upserts two when it decides. This
+script runs the same 5-activity trivial workflow (two in parallel, then three) in variants, alternating them
+``--rounds`` times in a rotating order (the server's cost drifts up as its database grows), and prints the
+dev server's CPU milliseconds per workflow (from /proc) for each:
+
+* ``plain`` — ``start_workflow``, nothing else (benchmark C);
+* ``signal`` — signal-with-start;
+* ``attrs`` — the seven search attributes at start;
+* ``upsert`` — one upsert of two search attributes before the last activity;
+* ``all`` — the three together, as the deletion workflow does.
+
+It starts its own stack (ports 26xxx, ``--port-base``; the Temporal database is emptied first unless
+``--keep-state``). Workers are in this process, unsandboxed: only the server's CPU is compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio import workflow  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.common import TypedSearchAttributes  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
+
+from bench.benchmark import bench_ports, cpu_seconds  # noqa: E402
+from bench.trivial import noop  # noqa: E402
+from devstack.stack import Stack  # noqa: E402
+from ledger_deletion import search_attributes as sa  # noqa: E402
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
+from workers.ingest import search_attributes_for  # noqa: E402
+
+VARIANTS = ("plain", "signal", "attrs", "upsert", "all")
+ACTIVITIES = 5
+
+
+@workflow.defn(name="ServerCost")
+class ServerCostWorkflow:
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+
+    @workflow.signal(name="add_message")
+    def add_message(self, ref: str) -> None:
+        self.messages.append(ref)
+
+    @workflow.run
+    async def run(self, queue: str, upsert: bool) -> int:
+        def call(step: int) -> Any:
+            return workflow.execute_activity(
+                noop, step, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
+            )
+
+        await asyncio.gather(call(0), call(1))
+        for step in range(2, ACTIVITIES):
+            if upsert and step == ACTIVITIES - 1:
+                workflow.upsert_search_attributes(
+                    [sa.DELETION_OUTCOME.value_set("DELETED"), sa.DELETION_STEP.value_set("done")]
+                )
+            await call(step)
+        return ACTIVITIES
+
+
+def _attributes(index: int) -> TypedSearchAttributes:
+    """Exactly what the ingest loop writes at start, for a made-up data ledger."""
+    return search_attributes_for(
+        PendingDeleteLedgerInfo(
+            topic_name=f"t/ns/topic-{index % 50}",
+            ledger_component=LedgerComponent.MANAGED_LEDGER,
+            ledger_type=LedgerType.LEDGER,
+            ledger_id=index,
+        )
+    )
+
+
+async def run_variant(client: Client, queue: str, variant: str, n: int, inflight: int) -> None:
+    limit = asyncio.Semaphore(inflight)
+
+    async def one(index: int) -> None:
+        options: dict[str, Any] = {}
+        if variant in ("attrs", "all"):
+            options["search_attributes"] = _attributes(index)
+        if variant in ("signal", "all"):
+            options.update(start_signal="add_message", start_signal_args=[f"queue|{index}"])
+        async with limit:
+            handle = await client.start_workflow(
+                "ServerCost",
+                args=[f"{queue}-activities", variant in ("upsert", "all")],
+                id=f"{queue}/{variant}/{index}/{uuid.uuid4().hex[:6]}",
+                task_queue=queue,
+                **options,
+            )
+            await handle.result()
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    stack = Stack(args.state_dir, bench_ports(args.port_base))
+    if not args.keep_state:
+        stack.down()
+        shutil.rmtree(args.state_dir / "data", ignore_errors=True)
+    endpoints = stack.up()
+    server = stack.pid("temporal")
+    assert server is not None
+    client = await Client.connect(endpoints.temporal_address)
+    queue = f"server-cost-{uuid.uuid4().hex[:6]}"
+    costs: dict[str, list[float]] = defaultdict(list)
+    with ThreadPoolExecutor(64) as executor:
+        async with (
+            Worker(
+                client,
+                task_queue=queue,
+                workflows=[ServerCostWorkflow],
+                workflow_runner=UnsandboxedWorkflowRunner(),
+            ),
+            Worker(
+                client,
+                task_queue=f"{queue}-activities",
+                activities=[noop],
+                activity_executor=executor,
+                max_concurrent_activities=64,
+            ),
+        ):
+            variants = args.variants.split(",")
+            for round_ in range(args.rounds):
+                # The server's cost drifts up as its database grows: rotate the order so that no variant
+                # always runs last.
+                shift = round_ % len(variants)
+                for variant in variants[shift:] + variants[:shift]:
+                    before, began = cpu_seconds(server), time.monotonic()
+                    await run_variant(client, queue, variant, args.n, args.inflight)
+                    per_wf = (cpu_seconds(server) - before) * 1000 / args.n
+                    costs[variant].append(per_wf)
+                    rate = args.n / (time.monotonic() - began)
+                    print(
+                        f"round {round_ + 1} {variant:<7} {rate:6.1f} wf/s  server {per_wf:6.1f} ms/wf",
+                        flush=True,
+                    )
+    print()
+    print(f"{'variant':<8} {'median ms':>9} {'runs':>30}")
+    base = statistics.median(costs["plain"]) if costs.get("plain") else float("nan")
+    for variant, values in costs.items():
+        median = statistics.median(values)
+        runs = " ".join(f"{v:.0f}" for v in values)
+        print(f"{variant:<8} {median:>9.1f} {runs:>30}  ({median / base - 1:+.0%} vs plain)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=200, help="workflows per variant and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--inflight", type=int, default=100)
+    # Its own stack, so a benchmark running on 23xxx is not disturbed (nor its database emptied).
+    parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-server-cost-stack"))
+    parser.add_argument("--port-base", type=int, default=26000)
+    parser.add_argument("--keep-state", action="store_true")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
