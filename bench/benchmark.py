@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from pydantic import TypeAdapter  # noqa: E402
 from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
@@ -219,7 +220,9 @@ class Run:
 
     @property
     def colocated(self) -> bool:
-        return self.extra_env.get("LEDGER_DELETION_COLOCATE_POOLS") == "true"
+        # Parsed as the pools' settings parse it ("1", "yes", "on" count as true too).
+        value = self.extra_env.get("LEDGER_DELETION_COLOCATE_POOLS", "false")
+        return TypeAdapter(bool).validate_python(value)
 
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints

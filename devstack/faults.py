@@ -457,9 +457,15 @@ def _pulsar_client(settings: Settings) -> Any:
     )
 
 
-def count_redeliverable(settings: Settings, quiet_seconds: float = 3.0, limit: int = 100_000) -> int:
+def count_redeliverable(
+    settings: Settings, quiet_seconds: float = 3.0, limit: int = 100_000, passes: int = 2
+) -> int:
     """Messages of the deletion subscription still unacked: join it as one more consumer and count what
     Pulsar hands over until it stays quiet for ``quiet_seconds``. Nothing is acked: they stay unacked.
+
+    pulsar-lite can stall a dispatch part-way (see :func:`read_dead_letters`), which would undercount
+    here; a count that is too low would hide lost acks. So it reads ``passes`` times, each with a fresh
+    consumer (closing one hands its unacked messages back for redelivery), and counts the union.
 
     Meaningful only when no pool consumes at the same time (Shared: they would split the backlog).
     """
@@ -469,17 +475,18 @@ def count_redeliverable(settings: Settings, quiet_seconds: float = 3.0, limit: i
 
     client = _pulsar_client(settings)
     try:
-        consumer = subscribe_all(client, settings, 1000)
         seen: set[str] = set()
-        last = time.monotonic()
-        while time.monotonic() - last < quiet_seconds and len(seen) < limit:
-            try:
-                message = consumer.receive(timeout_millis=200)
-            except pulsar.Timeout:
-                continue
-            seen.add(f"{message.topic_name()}|{message.message_id()}")
+        for _ in range(passes):
+            consumer = subscribe_all(client, settings, 1000)
             last = time.monotonic()
-        consumer.close()
+            while time.monotonic() - last < quiet_seconds and len(seen) < limit:
+                try:
+                    message = consumer.receive(timeout_millis=200)
+                except pulsar.Timeout:
+                    continue
+                seen.add(f"{message.topic_name()}|{message.message_id()}")
+                last = time.monotonic()
+            consumer.close()
         return len(seen)
     finally:
         client.close()
