@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     bookkeeper_concurrency: int = Field(default=64, ge=1)
     offload_concurrency: int = Field(default=32, ge=1)
     ingest_max_inflight: int = Field(default=1000, ge=1)  # received, not yet acked messages per process
+    # After this long without a message the ingest loop subscribes a fresh consumer (0: never): a broker that
+    # stops dispatching to a consumer must not leave the backlog stuck (docs/reliability.md).
+    ingest_resubscribe_idle_seconds: float = Field(default=60.0, ge=0)
     # Every pool on one task queue, for processes that each run all pools (``--pool all``): an activity then
     # starts eagerly on the worker whose workflow scheduled it, with no task-queue round trip through the
     # server (docs/performance.md). Pools can then no longer be deployed and scaled apart.

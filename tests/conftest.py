@@ -58,6 +58,8 @@ def settings(stack: StackEndpoints, session_id: str) -> Settings:
         in_use_rechecks=2,
         in_use_recheck_seconds=1.5,
         ack_schedule_to_start_seconds=10,
+        # pulsar-lite can stop feeding a consumer part-way through a big backlog: a fresh one soon takes over.
+        ingest_resubscribe_idle_seconds=3,
         shutdown_grace_seconds=2,
     )
 

@@ -4,6 +4,10 @@ Messages are not acked here: the workflow acks them through this process's ack q
 Pulsar's unacked-message limits are the backpressure and a crash only causes redelivery. Payloads that cannot
 be a valid request go straight to the dead-letter topic with the reason, then are acked: the loop never
 crashes on input.
+
+A consumer that the broker stops feeding would strand the backlog while looking idle, so after
+``resubscribe_idle_seconds`` without a message, and holding none (only the consumer that delivered a message
+can ack it), the loop closes its consumer and subscribes a fresh one.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +45,7 @@ class IngestStats:
     received: int = 0
     started_or_joined: int = 0
     dead_lettered: int = 0
+    resubscribed: int = 0
 
 
 @dataclass
@@ -53,40 +59,90 @@ class Ingestor:
     ack_queue: str
     max_inflight: int = 1000
     concurrency: int = 32
+    # A fresh consumer on the same subscription, and how long without a message before asking for one.
+    resubscribe: Callable[[], Any] | None = None
+    resubscribe_idle_seconds: float = 0.0
     stats: IngestStats = field(default_factory=IngestStats)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive until ``stop`` is set; hand-offs in flight finish before returning."""
         slots = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task[None]] = set()
+        last_message = time.monotonic()
         while not stop.is_set():
             if len(self.pending) >= self.max_inflight:
                 await asyncio.sleep(0.05)  # backpressure: wait for workflows to ack
+                last_message = time.monotonic()  # not receiving on purpose: that is no stall
                 continue
-            message = await asyncio.to_thread(self._receive)
+            consumer = self.consumer
+            message = await asyncio.to_thread(self._receive, consumer)
             if message is None:
+                if self._stalled(last_message):
+                    await self._resubscribe()
+                    last_message = time.monotonic()
                 continue
+            last_message = time.monotonic()
             self.stats.received += 1
+            # Held before anything else, with the consumer that delivered it: only that one can ack it.
+            key = str(message.message_id())
+            self.pending.hold(key, consumer, message.message_id())
             await slots.acquire()
-            task = asyncio.create_task(self._handle(message))
+            task = asyncio.create_task(self._handle(message, key))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
             task.add_done_callback(lambda _: slots.release())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _receive(self) -> Any:
+    def close_consumer(self) -> None:
+        """At shutdown, after the last ack: Pulsar hands anything still unacked to the next consumer."""
+        self._close(self.consumer)
+
+    @staticmethod
+    def _close(consumer: Any) -> None:
         try:
-            return self.consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MILLIS)
+            consumer.close()
+        except Exception:  # closing against a dead broker: Pulsar redelivers unacked messages anyway
+            log.debug("consumer close failed", exc_info=True)
+
+    def _receive(self, consumer: Any) -> Any:
+        try:
+            return consumer.receive(timeout_millis=RECEIVE_TIMEOUT_MILLIS)
         except pulsar.Timeout:
             return None
         except Exception as exc:  # a closed/reconnecting consumer: keep the loop alive
             log.warning("receive failed: %s", exc)
             return None
 
-    async def _handle(self, message: Any) -> None:
-        key = str(message.message_id())
-        self.pending.hold(key, self.consumer, message.message_id())
+    def _stalled(self, last_message: float) -> bool:
+        return (
+            self.resubscribe is not None
+            and self.resubscribe_idle_seconds > 0
+            and time.monotonic() - last_message >= self.resubscribe_idle_seconds
+            # A held message can only be acked through the consumer that delivered it; and while one is
+            # held, the old consumer would keep taking new messages (Shared) that nobody reads.
+            and len(self.pending) == 0
+        )
+
+    async def _resubscribe(self) -> None:
+        """Replace the consumer with a fresh one on the same subscription.
+
+        On a quiet topic this only costs a subscribe. On a stuck one (a dispatcher that stopped feeding this
+        consumer, as pulsar-lite does part-way through large backlogs) the new consumer gets the backlog.
+        Closing hands anything prefetched but not yet received back to the subscription: nothing is lost.
+        """
+        assert self.resubscribe is not None
+        try:
+            fresh = await asyncio.to_thread(self.resubscribe)
+        except Exception as exc:  # broker unreachable: keep the current consumer and try again later
+            log.warning("resubscribe failed (%s: %s); keeping the current consumer", type(exc).__name__, exc)
+            return
+        stale, self.consumer = self.consumer, fresh
+        await asyncio.to_thread(self._close, stale)
+        self.stats.resubscribed += 1
+        log.info("no message for %.0f s: subscribed a fresh consumer", self.resubscribe_idle_seconds)
+
+    async def _handle(self, message: Any, key: str) -> None:
         # One span per message (continuing a traceparent in its properties); Temporal's spans nest under it.
         with observe_receive(message, key) as observed:
             try:

@@ -11,6 +11,7 @@ unacked at that point is redelivered by Pulsar to another consumer and joins its
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -146,11 +147,11 @@ async def run_pools(
             running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
             hosted[running.ack_queue] = _Hosted(activities=[messaging_activities.ack_messages], concurrency=8)
             # The system topic plus per-namespace deletion topics (tenant isolation), as one consumer.
-            consumer = await asyncio.to_thread(
+            subscribe = functools.partial(
                 subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
             )
+            consumer = await asyncio.to_thread(subscribe)
             stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
-            stack.callback(_close_quietly, consumer)
             running.ingestor = Ingestor(
                 temporal=temporal,
                 consumer=consumer,
@@ -160,7 +161,10 @@ async def run_pools(
                 workflow_queue=settings.task_queue("workflow"),
                 ack_queue=running.ack_queue,
                 max_inflight=settings.ingest_max_inflight,
+                resubscribe=subscribe,
+                resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,
             )
+            stack.callback(running.ingestor.close_consumer)
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
         sweeper: asyncio.Task[None] | None = None
@@ -229,10 +233,3 @@ def _worker(
         max_concurrent_activities=hosted.concurrency or None,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )
-
-
-def _close_quietly(consumer: Any) -> None:
-    try:
-        consumer.close()
-    except Exception:  # closing against a dead broker: Pulsar redelivers unacked messages anyway
-        log.debug("consumer close failed", exc_info=True)

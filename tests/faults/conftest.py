@@ -92,6 +92,8 @@ def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Setti
         in_use_rechecks=3,
         in_use_recheck_seconds=1.5,
         ack_schedule_to_start_seconds=4,
+        # pulsar-lite can stop feeding a consumer part-way through a big backlog: a fresh one soon takes over.
+        ingest_resubscribe_idle_seconds=3,
         shutdown_grace_seconds=2,
     )
 

@@ -103,12 +103,14 @@ async def test_fuzz_corpus_through_the_real_consumer(
             [(await latest_result(fault_client, r.workflow_id, 60)).outcome for r in decodable]
         )
         assert running.ingestor.stats.dead_lettered == len(invalid)
+        resubscribed = running.ingestor.stats.resubscribed
     letters = await asyncio.to_thread(read_dead_letters, fault_settings, 1.0, len(invalid), 120.0)
     finished = time.monotonic()
     print(
         f"\nfuzz: {len(payloads)} payloads ({len(invalid)} invalid, {len(decodable)} decodable): "
         f"published in {published - began:.1f} s, ingested+dead-lettered+acked in {ingested - began:.1f} s, "
-        f"DLQ read back in {finished - ingested:.1f} s; decodable outcomes {dict(outcomes)}"
+        f"DLQ read back in {finished - ingested:.1f} s; decodable outcomes {dict(outcomes)}; "
+        f"consumer replaced {resubscribed}x"
     )
     # Every invalid payload is in the DLQ (as a multiset: identical payloads count once each) with a reason.
     missing = Counter(invalid) - Counter(m.data() for m in letters)
