@@ -80,6 +80,9 @@ class MessageRef:
 class DeletionInput:
     request: PendingDeleteLedgerInfo
     policy: DeletionPolicy = field(default_factory=DeletionPolicy)
+    # The message that started this run. Later messages for the same ledger join by signal; runs started by
+    # signal-with-start (before this field existed) got their first message that way too and carry None.
+    first_message: MessageRef | None = None
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDReusePolicy
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.adapters.messaging import Handoff, PendingAcks, Publisher, dead_letter_properties
@@ -46,6 +52,7 @@ class IngestStats:
     started_or_joined: int = 0
     dead_lettered: int = 0
     resubscribed: int = 0
+    started_eagerly: int = 0  # first workflow task handed back in the start reply (this process's worker)
 
 
 @dataclass
@@ -62,6 +69,9 @@ class Ingestor:
     # A fresh consumer on the same subscription, and how long without a message before asking for one.
     resubscribe: Callable[[], Any] | None = None
     resubscribe_idle_seconds: float = 0.0
+    # This process also runs the workflow worker on ``workflow_queue`` with the same client: ask the server
+    # to hand the first workflow task back in the start reply (eager workflow start).
+    eager_start: bool = False
     stats: IngestStats = field(default_factory=IngestStats)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -208,29 +218,56 @@ class Ingestor:
                 log.warning("sweep failed: %s", exc)
 
     async def _start_or_join(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> None:
+        """Start the ledger's workflow with this message, or signal the message to the run already going.
+
+        Not signal-with-start: a plain start carries the message in its input, which saves the server a
+        signal event per deletion and can be eager (the first workflow task comes back in the start reply
+        when this process runs the workflow worker). Duplicates take the second round trip instead.
+        """
         delay = 0.5
         while True:
             try:
-                await self.temporal.start_workflow(
-                    WORKFLOW_NAME,
-                    DeletionInput(request, self.policy),
-                    id=request.workflow_id,
-                    task_queue=self.workflow_queue,
-                    # A closed run of the same ledger does not block a new one: the new run finds the ledger
-                    # already deleted (every step is idempotent) and acks.
-                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-                    start_signal=ADD_MESSAGE_SIGNAL,
-                    start_signal_args=[ref],
-                    search_attributes=search_attributes_for(request),
-                    static_summary=request.summary(),
-                    execution_timeout=None,
-                )
-                return
+                try:
+                    handle = await self._start(request, ref)
+                    # Set by the SDK on the handle when the first workflow task came back in the reply.
+                    self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+                    return
+                except WorkflowAlreadyStartedError:
+                    if await self._join(request.workflow_id, ref):
+                        return
+                # The run closed between our start and our signal: start a new one straight away.
+                log.debug("%s closed before it could be joined; starting again", request.workflow_id)
             except RPCError as exc:
                 # Temporal unavailable: the message stays unacked and held; keep trying (never drop it).
                 log.warning("start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+
+    async def _join(self, workflow_id: str, ref: MessageRef) -> bool:
+        """Signal the message to the running run; False if no run is running any more."""
+        try:
+            await self.temporal.get_workflow_handle(workflow_id).signal(ADD_MESSAGE_SIGNAL, ref)
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
+    async def _start(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> WorkflowHandle[Any, Any]:
+        return await self.temporal.start_workflow(
+            WORKFLOW_NAME,
+            DeletionInput(request, self.policy, first_message=ref),
+            id=request.workflow_id,
+            task_queue=self.workflow_queue,
+            # A closed run of the same ledger does not block a new one: the new run finds the ledger already
+            # deleted (every step is idempotent) and acks.
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            search_attributes=search_attributes_for(request),
+            static_summary=request.summary(),
+            execution_timeout=None,
+            request_eager_start=self.eager_start,
+        )
 
     async def _dead_letter(self, message: Any, key: str, reason: str) -> None:
         properties = dead_letter_properties(

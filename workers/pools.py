@@ -163,6 +163,7 @@ async def run_pools(
                 max_inflight=settings.ingest_max_inflight,
                 resubscribe=subscribe,
                 resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,
+                eager_start="workflow" in wanted,
             )
             stack.callback(running.ingestor.close_consumer)
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
@@ -183,6 +184,8 @@ async def run_pools(
         ingest_stop.set()
         if ingest_task is not None:
             await ingest_task
+            assert running.ingestor is not None
+            log.info("ingest stopped: %s", running.ingestor.stats)
             if (
                 settings.shutdown_grace_seconds
                 and running.ingestor is not None

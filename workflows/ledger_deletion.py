@@ -105,6 +105,8 @@ class LedgerDeletionWorkflow:
     @workflow.run
     async def run(self, inp: DeletionInput) -> DeletionResult:
         request, policy = inp.request, inp.policy
+        if inp.first_message is not None:
+            self.add_message(inp.first_message)
         workflow.set_current_details(request.summary())
         failed_step, reason, deleted_keys = "", "", list[str]()
         try:

@@ -144,7 +144,7 @@ class DeletionDetail:
     failure: str = ""
     status: DeletionStatus | None = None  # live status query (running workflows)
     steps: list[StepRecord] = field(default_factory=list)
-    messages: int = 0  # add_message signals (messages that joined)
+    messages: int = 0  # messages that joined: the one that started the run, then add_message signals
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -232,6 +232,12 @@ def _steps_from_history(
         elif kind == EventType.EVENT_TYPE_TIMER_FIRED:
             record = by_event[event.timer_fired_event_attributes.started_event_id]
             record.finished, record.state = when, "fired"
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            # Runs started by the ingest carry their first message in the input; later ones join by signal.
+            payloads = event.workflow_execution_started_event_attributes.input.payloads
+            if payloads:
+                started_with = converter.from_payloads(list(payloads)[:1], [dict])[0]
+                messages += isinstance(started_with, dict) and started_with.get("first_message") is not None
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
             messages += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:

@@ -108,7 +108,7 @@ async def test_one_trace_per_deletion_from_pulsar_receive_to_every_activity(
         spans = _spans_of(observed.spans.get_finished_spans(), trace_id)
         names = {s.name for s in spans}
         assert "pulsar-receive" in names
-        assert "SignalWithStartWorkflow:LedgerDeletionWorkflow" in names
+        assert "StartWorkflow:LedgerDeletionWorkflow" in names
         assert "RunWorkflow:LedgerDeletionWorkflow" in names
         assert {f"RunActivity:{a}" for a in expected_activities} <= names, names
         assert "LedgerDeletion:DELETED" in names
