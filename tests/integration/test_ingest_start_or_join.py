@@ -7,7 +7,10 @@ Pulsar client (nothing is received here: the messages are references).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulsar
@@ -15,6 +18,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from ledger_deletion.adapters import messaging
@@ -29,24 +33,45 @@ from workflows.ledger_deletion import LedgerDeletionWorkflow
 pytestmark = pytest.mark.stack
 
 
-def request(ledger_id: int) -> PendingDeleteLedgerInfo:
-    return PendingDeleteLedgerInfo("join/ns/t", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger_id)
+@dataclass
+class Ingestors:
+    """Builds ingestors for a test and, at teardown, ends the workflows they started and closes clients."""
+
+    settings: Settings
+    temporal: Client
+    workflow_ids: list[str] = field(default_factory=list)
+    pulsar_clients: list[Any] = field(default_factory=list)
+
+    def new(self, workflow_queue: str, policy: DeletionPolicy | None = None) -> Ingestor:
+        quiet = pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+        client = pulsar.Client(self.settings.pulsar_url, logger=quiet)
+        self.pulsar_clients.append(client)
+        return Ingestor(
+            self.temporal,
+            consumer=None,
+            pending=messaging.PendingAcks(),
+            dead_letters=messaging.Publisher(client, f"{self.settings.topic}-join-DLQ"),
+            policy=policy or deletion_policy(self.settings),
+            workflow_queue=workflow_queue,
+            ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        )
+
+    def request(self, ledger_id: int) -> PendingDeleteLedgerInfo:
+        component, kind = LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER
+        req = PendingDeleteLedgerInfo("join/ns/t", component, kind, ledger_id)
+        self.workflow_ids.append(req.workflow_id)
+        return req
 
 
-def ingestor_for(
-    settings: Settings, temporal_client: Client, workflow_queue: str, policy: DeletionPolicy | None = None
-) -> tuple[Ingestor, Any]:
-    client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    ingestor = Ingestor(
-        temporal_client,
-        consumer=None,
-        pending=messaging.PendingAcks(),
-        dead_letters=messaging.Publisher(client, f"{settings.topic}-join-DLQ"),
-        policy=policy or deletion_policy(settings),
-        workflow_queue=workflow_queue,
-        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-    )
-    return ingestor, client
+@pytest.fixture
+async def ingestors(settings: Settings, temporal_client: Client) -> AsyncIterator[Ingestors]:
+    made = Ingestors(settings, temporal_client)
+    yield made
+    for workflow_id in made.workflow_ids:
+        with contextlib.suppress(RPCError):  # already closed
+            await temporal_client.get_workflow_handle(workflow_id).terminate("test cleanup")
+    for client in made.pulsar_clients:
+        client.close()
 
 
 async def started_input(client: Client, handle: WorkflowHandle[Any, Any]) -> DeletionInput:
@@ -65,80 +90,71 @@ async def signals_of(handle: WorkflowHandle[Any, Any]) -> int:
 
 
 async def test_first_message_starts_the_run_and_the_next_joins_it(
-    settings: Settings, temporal_client: Client, new_ledger_id
+    ingestors: Ingestors, temporal_client: Client, new_ledger_id
 ) -> None:
     # No worker polls this queue: the run stays open, as a deletion waiting out its in-use grace would.
-    ingestor, pulsar_client = ingestor_for(settings, temporal_client, f"idle-{uuid.uuid4().hex[:6]}")
-    req = request(new_ledger_id())
+    ingestor = ingestors.new(f"idle-{uuid.uuid4().hex[:6]}")
+    req = ingestors.request(new_ledger_id())
     first, second = MessageRef("1:1:-1", ingestor.ack_queue), MessageRef("1:2:-1", ingestor.ack_queue)
-    try:
-        await ingestor._start_or_join(req, first)
-        await ingestor._start_or_join(req, second)
-        handle = temporal_client.get_workflow_handle(req.workflow_id)
-        assert (await started_input(temporal_client, handle)).first_message == first
-        assert await signals_of(handle) == 1  # only the second message, not the first again
-        assert (await describe_deletion(temporal_client, req.workflow_id)).messages == 2
-        runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{req.workflow_id}'")]
-        assert len(runs) == 1
-    finally:
-        await temporal_client.get_workflow_handle(req.workflow_id).terminate("test cleanup")
-        pulsar_client.close()
+
+    await ingestor._start_or_join(req, first)
+    await ingestor._start_or_join(req, second)
+
+    handle = temporal_client.get_workflow_handle(req.workflow_id)
+    assert (await started_input(temporal_client, handle)).first_message == first
+    assert await signals_of(handle) == 1  # only the second message, not the first again
+    assert (await describe_deletion(temporal_client, req.workflow_id)).messages == 2
+    runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{req.workflow_id}'")]
+    assert len(runs) == 1
 
 
 async def test_run_that_closed_before_the_join_is_started_again(
-    settings: Settings, temporal_client: Client, new_ledger_id
+    ingestors: Ingestors, temporal_client: Client, new_ledger_id
 ) -> None:
-    ingestor, pulsar_client = ingestor_for(settings, temporal_client, f"idle-{uuid.uuid4().hex[:6]}")
-    req = request(new_ledger_id())
+    ingestor = ingestors.new(f"idle-{uuid.uuid4().hex[:6]}")
+    req = ingestors.request(new_ledger_id())
     ref = MessageRef("2:1:-1", ingestor.ack_queue)
-    try:
-        await ingestor._start_or_join(req, MessageRef("2:0:-1", ingestor.ack_queue))
-        old = await temporal_client.get_workflow_handle(req.workflow_id).describe()
-        await temporal_client.get_workflow_handle(req.workflow_id).terminate("closed under the ingest")
-        assert await ingestor._join(req.workflow_id, ref) is False  # nothing running to signal
+    await ingestor._start_or_join(req, MessageRef("2:0:-1", ingestor.ack_queue))
+    old = await temporal_client.get_workflow_handle(req.workflow_id).describe()
+    await temporal_client.get_workflow_handle(req.workflow_id).terminate("closed under the ingest")
+    assert await ingestor._join(req.workflow_id, ref) is False  # nothing running to signal
 
-        # The start that saw the old run still open, just before it closed: the signal then finds no run.
-        real_start, refused = ingestor._start, []
+    # The start that saw the old run still open, just before it closed: the signal then finds no run.
+    real_start, refused = ingestor._start, list[MessageRef]()
 
-        async def start_racing_a_close(r: PendingDeleteLedgerInfo, m: MessageRef) -> Any:
-            if not refused:
-                refused.append(m)
-                raise WorkflowAlreadyStartedError(r.workflow_id, "LedgerDeletionWorkflow", run_id=old.run_id)
-            return await real_start(r, m)
+    async def start_racing_a_close(r: PendingDeleteLedgerInfo, m: MessageRef) -> WorkflowHandle[Any, Any]:
+        if not refused:
+            refused.append(m)
+            raise WorkflowAlreadyStartedError(r.workflow_id, "LedgerDeletionWorkflow", run_id=old.run_id)
+        return await real_start(r, m)
 
-        ingestor._start = start_racing_a_close  # type: ignore[method-assign]
-        await asyncio.wait_for(ingestor._start_or_join(req, ref), timeout=10)
+    ingestor._start = start_racing_a_close  # type: ignore[method-assign,assignment]
+    await asyncio.wait_for(ingestor._start_or_join(req, ref), timeout=10)
 
-        handle = temporal_client.get_workflow_handle(req.workflow_id)
-        current = await handle.describe()
-        assert refused == [ref] and current.run_id != old.run_id
-        assert current.status == WorkflowExecutionStatus.RUNNING
-        # The message was not lost on the way.
-        assert (await started_input(temporal_client, handle)).first_message == ref
-    finally:
-        await temporal_client.get_workflow_handle(req.workflow_id).terminate("test cleanup")
-        pulsar_client.close()
+    handle = temporal_client.get_workflow_handle(req.workflow_id)
+    current = await handle.describe()
+    assert refused == [ref] and current.run_id != old.run_id
+    assert current.status == WorkflowExecutionStatus.RUNNING
+    # The message was not lost on the way.
+    assert (await started_input(temporal_client, handle)).first_message == ref
 
 
 async def test_start_is_eager_when_this_process_runs_the_workflow_worker(
-    settings: Settings, temporal_client: Client, new_ledger_id
+    ingestors: Ingestors, temporal_client: Client, new_ledger_id
 ) -> None:
     queue = f"eager-{uuid.uuid4().hex[:6]}"
     # Activities go to a queue nobody polls: the run stays at its first steps, which is all this needs.
     idle = f"idle-{uuid.uuid4().hex[:6]}"
     policy = DeletionPolicy(pulsar_queue=idle, bookkeeper_queue=idle, offload_queue=idle)
-    ingestor, pulsar_client = ingestor_for(settings, temporal_client, queue, policy)
-    req = request(new_ledger_id())
-    try:
-        async with Worker(temporal_client, task_queue=queue, workflows=[LedgerDeletionWorkflow]):
-            ingestor.eager_start = False
-            await ingestor._start_or_join(req, MessageRef("3:1:-1", ingestor.ack_queue))
-            assert ingestor.stats.started_eagerly == 0
-            await temporal_client.get_workflow_handle(req.workflow_id).terminate("next")
+    ingestor = ingestors.new(queue, policy)
+    req = ingestors.request(new_ledger_id())
+    async with Worker(temporal_client, task_queue=queue, workflows=[LedgerDeletionWorkflow]):
+        ingestor.eager_start = False
+        await ingestor._start_or_join(req, MessageRef("3:1:-1", ingestor.ack_queue))
+        assert ingestor.stats.started_eagerly == 0
+        await temporal_client.get_workflow_handle(req.workflow_id).terminate("next")
 
-            ingestor.eager_start = True
-            await ingestor._start_or_join(req, MessageRef("3:2:-1", ingestor.ack_queue))
-            assert ingestor.stats.started_eagerly == 1
-    finally:
-        await temporal_client.get_workflow_handle(req.workflow_id).terminate("test cleanup")
-        pulsar_client.close()
+        ingestor.eager_start = True
+        await ingestor._start_or_join(req, MessageRef("3:2:-1", ingestor.ack_queue))
+        assert ingestor.stats.started_eagerly == 1
+        await temporal_client.get_workflow_handle(req.workflow_id).terminate("done")
