@@ -227,14 +227,8 @@ class Ingestor:
         delay = 0.5
         while True:
             try:
-                try:
-                    handle = await self._start(request, ref)
-                    # Set by the SDK on the handle when the first workflow task came back in the reply.
-                    self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+                if await self._hand_over(request, ref):
                     return
-                except WorkflowAlreadyStartedError:
-                    if await self._join(request.workflow_id, ref):
-                        return
                 # The run closed between our start and our signal: start a new one straight away.
                 log.debug("%s closed before it could be joined; starting again", request.workflow_id)
             except RPCError as exc:
@@ -242,6 +236,16 @@ class Ingestor:
                 log.warning("start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+
+    async def _hand_over(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> bool:
+        """One attempt: start the run with the message, or signal the run going; False if that run closed."""
+        try:
+            handle = await self._start(request, ref)
+        except WorkflowAlreadyStartedError:
+            return await self._join(request.workflow_id, ref)
+        # Set by the SDK on the handle when the first workflow task came back in the reply.
+        self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+        return True
 
     async def _join(self, workflow_id: str, ref: MessageRef) -> bool:
         """Signal the message to the running run; False if no run is running any more."""

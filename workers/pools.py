@@ -182,15 +182,10 @@ async def run_pools(
         )
         # 1. stop receiving; 2. give in-flight workflows time to ack through us; 3. stop the workers.
         ingest_stop.set()
-        if ingest_task is not None:
+        if ingest_task is not None and running.ingestor is not None:
             await ingest_task
-            assert running.ingestor is not None
             log.info("ingest stopped: %s", running.ingestor.stats)
-            if (
-                settings.shutdown_grace_seconds
-                and running.ingestor is not None
-                and len(running.ingestor.pending)
-            ):
+            if settings.shutdown_grace_seconds and len(running.ingestor.pending):
                 await _drain(running.ingestor, settings.shutdown_grace_seconds)
         if sweeper is not None:
             await sweeper
