@@ -655,6 +655,14 @@ def pin_server(stack: Stack) -> None:
         os.sched_setaffinity(int(task.name), {0})
 
 
+def restart_temporal_empty(stack: Stack) -> None:
+    """Stop the Temporal server, delete its database and start it again."""
+    ServiceControl(stack).stop("temporal")
+    for path in (stack.state_dir / "data").glob("temporal.db*"):
+        path.unlink()
+    ServiceControl(stack).start()
+
+
 async def empty_temporal_database(stack: Stack, run: Run, pinned: bool) -> None:
     """Restart the Temporal server on an empty database, so C starts where A started.
 
@@ -662,10 +670,7 @@ async def empty_temporal_database(stack: Stack, run: Run, pinned: bool) -> None:
     65 → 75 → 108 ms of server CPU over 3,000 workflows in ``bench/server_cost.py``), so a C measured
     after A on A's database would be handicapped.
     """
-    ServiceControl(stack).stop("temporal")
-    for path in (stack.state_dir / "data").glob("temporal.db*"):
-        path.unlink()
-    ServiceControl(stack).start()
+    restart_temporal_empty(stack)
     if pinned:
         pin_server(stack)
     run.client = await Client.connect(run.endpoints.temporal_address)

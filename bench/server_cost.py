@@ -1,19 +1,23 @@
 """What A's extras cost the Temporal server: dev-server CPU per trivial workflow with and without them.
 
-    python bench/server_cost.py --n 200 --rounds 3
+    python bench/server_cost.py --n 400 --rounds 3 --fresh
 
-The deletion workflow asks more of the server than benchmark C's trivial workflow: it is started by
-signal-with-start, carries seven search attributes from the start and upserts two when it decides. This
-script runs the same 5-activity trivial workflow (two in parallel, then three) in variants, alternating them
-``--rounds`` times in a rotating order (the server's cost drifts up as its database grows), and prints the
-dev server's CPU milliseconds per workflow (from /proc) for each:
+The deletion workflow asks more of the server than benchmark C's trivial workflow: it carries seven search
+attributes from the start and upserts two when it decides. This script runs the same 5-activity trivial
+workflow (two in parallel, then three) in variants, alternating them ``--rounds`` times in a rotating order,
+and prints the dev server's CPU milliseconds per workflow (from /proc) for each:
 
 * ``plain`` — ``start_workflow``, nothing else (benchmark C);
-* ``signal`` — signal-with-start;
+* ``signal`` — signal-with-start (how the ingest started runs until 2026-11-23);
 * ``attrs`` — the seven search attributes at start;
-* ``upsert`` — one upsert of two search attributes before the last activity;
-* ``all`` — the three together, as the deletion workflow does.
+* ``upsert`` — one upsert of two search attributes before the last activity (the outcome written before
+  the acks, as runs did until 2026-11-23);
+* ``upsert-last`` — the same upsert in the workflow task that completes the run;
+* ``deletion`` — ``attrs`` and ``upsert-last``, as the deletion workflow runs now;
+* ``all`` — ``signal``, ``attrs`` and ``upsert``, as it ran before.
 
+The server's cost per workflow drifts up as its database grows (+60 % over a few thousand workflows):
+``--fresh`` restarts it on an empty database before every run, which makes the variants comparable.
 It starts its own stack (ports 26xxx, ``--port-base``; the Temporal database is emptied first unless
 ``--keep-state``). Workers are in this process, unsandboxed: only the server's CPU is compared.
 """
@@ -40,14 +44,18 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.common import TypedSearchAttributes  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
-from bench.benchmark import bench_ports, cpu_seconds  # noqa: E402
+from bench.benchmark import bench_ports, cpu_seconds, restart_temporal_empty  # noqa: E402
 from bench.trivial import noop  # noqa: E402
 from devstack.stack import Stack  # noqa: E402
 from ledger_deletion import search_attributes as sa  # noqa: E402
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
 from workers.ingest import search_attributes_for  # noqa: E402
 
-VARIANTS = ("plain", "signal", "attrs", "upsert", "all")
+VARIANTS = ("plain", "signal", "attrs", "upsert", "upsert-last", "deletion", "all")
+WITH_ATTRIBUTES = ("attrs", "deletion", "all")
+WITH_START_SIGNAL = ("signal", "all")
+UPSERT_BEFORE_LAST_ACTIVITY = ("upsert", "all")
+UPSERT_AT_COMPLETION = ("upsert-last", "deletion")
 ACTIVITIES = 5
 
 
@@ -61,7 +69,7 @@ class ServerCostWorkflow:
         self.messages.append(ref)
 
     @workflow.run
-    async def run(self, queue: str, upsert: bool) -> int:
+    async def run(self, queue: str, upsert_before_last: bool, upsert_at_completion: bool) -> int:
         def call(step: int) -> Any:
             return workflow.execute_activity(
                 noop, step, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
@@ -69,12 +77,18 @@ class ServerCostWorkflow:
 
         await asyncio.gather(call(0), call(1))
         for step in range(2, ACTIVITIES):
-            if upsert and step == ACTIVITIES - 1:
-                workflow.upsert_search_attributes(
-                    [sa.DELETION_OUTCOME.value_set("DELETED"), sa.DELETION_STEP.value_set("done")]
-                )
+            if upsert_before_last and step == ACTIVITIES - 1:
+                _upsert_outcome()
             await call(step)
+        if upsert_at_completion:
+            _upsert_outcome()
         return ACTIVITIES
+
+
+def _upsert_outcome() -> None:
+    workflow.upsert_search_attributes(
+        [sa.DELETION_OUTCOME.value_set("DELETED"), sa.DELETION_STEP.value_set("done")]
+    )
 
 
 def _attributes(index: int) -> TypedSearchAttributes:
@@ -94,14 +108,18 @@ async def run_variant(client: Client, queue: str, variant: str, n: int, inflight
 
     async def one(index: int) -> None:
         options: dict[str, Any] = {}
-        if variant in ("attrs", "all"):
+        if variant in WITH_ATTRIBUTES:
             options["search_attributes"] = _attributes(index)
-        if variant in ("signal", "all"):
+        if variant in WITH_START_SIGNAL:
             options.update(start_signal="add_message", start_signal_args=[f"queue|{index}"])
         async with limit:
             handle = await client.start_workflow(
                 "ServerCost",
-                args=[f"{queue}-activities", variant in ("upsert", "all")],
+                args=[
+                    f"{queue}-activities",
+                    variant in UPSERT_BEFORE_LAST_ACTIVITY,
+                    variant in UPSERT_AT_COMPLETION,
+                ],
                 id=f"{queue}/{variant}/{index}/{uuid.uuid4().hex[:6]}",
                 task_queue=queue,
                 **options,
@@ -119,40 +137,44 @@ async def main_async(args: argparse.Namespace) -> None:
     endpoints = stack.up()
     server = stack.pid("temporal")
     assert server is not None
-    client = await Client.connect(endpoints.temporal_address)
     queue = f"server-cost-{uuid.uuid4().hex[:6]}"
     costs: dict[str, list[float]] = defaultdict(list)
-    with ThreadPoolExecutor(64) as executor:
-        async with (
-            Worker(
-                client,
-                task_queue=queue,
-                workflows=[ServerCostWorkflow],
-                workflow_runner=UnsandboxedWorkflowRunner(),
-            ),
-            Worker(
-                client,
-                task_queue=f"{queue}-activities",
-                activities=[noop],
-                activity_executor=executor,
-                max_concurrent_activities=64,
-            ),
-        ):
-            variants = args.variants.split(",")
-            for round_ in range(args.rounds):
-                # The server's cost drifts up as its database grows: rotate the order so that no variant
-                # always runs last.
-                shift = round_ % len(variants)
-                for variant in variants[shift:] + variants[:shift]:
+    variants = args.variants.split(",")
+    for round_ in range(args.rounds):
+        # The server's cost drifts up as its database grows: rotate the order so that no variant
+        # always runs last (or, with --fresh, give every run an empty database).
+        shift = round_ % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            if args.fresh:
+                restart_temporal_empty(stack)
+            server = stack.pid("temporal")
+            assert server is not None
+            client = await Client.connect(endpoints.temporal_address)
+            with ThreadPoolExecutor(64) as executor:
+                async with (
+                    Worker(
+                        client,
+                        task_queue=queue,
+                        workflows=[ServerCostWorkflow],
+                        workflow_runner=UnsandboxedWorkflowRunner(),
+                    ),
+                    Worker(
+                        client,
+                        task_queue=f"{queue}-activities",
+                        activities=[noop],
+                        activity_executor=executor,
+                        max_concurrent_activities=64,
+                    ),
+                ):
                     before, began = cpu_seconds(server), time.monotonic()
                     await run_variant(client, queue, variant, args.n, args.inflight)
                     per_wf = (cpu_seconds(server) - before) * 1000 / args.n
-                    costs[variant].append(per_wf)
-                    rate = args.n / (time.monotonic() - began)
-                    print(
-                        f"round {round_ + 1} {variant:<7} {rate:6.1f} wf/s  server {per_wf:6.1f} ms/wf",
-                        flush=True,
-                    )
+            costs[variant].append(per_wf)
+            rate = args.n / (time.monotonic() - began)
+            print(
+                f"round {round_ + 1} {variant:<7} {rate:6.1f} wf/s  server {per_wf:6.1f} ms/wf",
+                flush=True,
+            )
     print()
     print(f"{'variant':<8} {'median ms':>9} {'runs':>30}")
     base = statistics.median(costs["plain"]) if costs.get("plain") else float("nan")
@@ -172,6 +194,9 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-server-cost-stack"))
     parser.add_argument("--port-base", type=int, default=26000)
     parser.add_argument("--keep-state", action="store_true")
+    parser.add_argument(
+        "--fresh", action="store_true", help="restart the server on an empty database before every run"
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

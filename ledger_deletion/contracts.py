@@ -83,6 +83,10 @@ class DeletionInput:
     # The message that started this run. Later messages for the same ledger join by signal; runs started by
     # signal-with-start (before this field existed) got their first message that way too and carry None.
     first_message: MessageRef | None = None
+    # The outcome search attributes are written with the completion instead of before the acks (cheaper for
+    # the server, see the workflow's _publish_outcome). Runs started before this field existed carry False and
+    # keep the old order, so their histories still replay; without a patch marker, which would cost an upsert.
+    outcome_with_completion: bool = False
 
 
 @dataclass(frozen=True)

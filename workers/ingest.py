@@ -260,7 +260,7 @@ class Ingestor:
     async def _start(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> WorkflowHandle[Any, Any]:
         return await self.temporal.start_workflow(
             WORKFLOW_NAME,
-            DeletionInput(request, self.policy, first_message=ref),
+            DeletionInput(request, self.policy, first_message=ref, outcome_with_completion=True),
             id=request.workflow_id,
             task_queue=self.workflow_queue,
             # A closed run of the same ledger does not block a new one: the new run finds the ledger already

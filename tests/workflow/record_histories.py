@@ -1,12 +1,16 @@
-"""Re-record the replay-test histories: ``python -m tests.workflow.record_histories`` with the stack up.
+"""Record replay-test histories: ``python -m tests.workflow.record_histories PREFIX`` with the stack up.
 
-Only when a workflow change is deliberately incompatible and nothing runs in production yet; otherwise guard
-the change with ``workflow.patched()`` and keep the old histories.
+Each shape of run the workflow code has had keeps its histories (``deleted.json``: started by
+signal-with-start; ``first_message-*``: first message in the input; ``outcome_with_completion-*``: the
+outcome search attributes written with the completion). When the workflow changes what a run does, guard
+the change (a new input field with a default, or ``workflow.patched()``) and record the new shape under a
+new prefix, keeping the old files: those runs may still be open in production.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +35,7 @@ CASES: dict[str, Callable[[Fakes], None]] = {
 }
 
 
-async def record(address: str = "127.0.0.1:17233") -> None:
+async def record(prefix: str, address: str = "127.0.0.1:17233") -> None:
     client = await Client.connect(address)
     for name, tweak in CASES.items():
         fakes = Fakes()
@@ -51,9 +55,9 @@ async def record(address: str = "127.0.0.1:17233") -> None:
                 )
         execution = [w async for w in client.list_workflows(f'TaskQueue="{queue}"')][0]
         history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
-        (HISTORIES / f"{name}.json").write_text(history.to_json())
+        (HISTORIES / f"{prefix}{name}.json").write_text(history.to_json())
         print(name, len(history.events), "events")
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(record(f"{sys.argv[1]}-", *sys.argv[2:3]))

@@ -1,8 +1,9 @@
 """Recorded histories must replay against the current workflow code (catches non-deterministic edits).
 
 The histories in ``histories/`` were recorded from real runs on the dev server. When a change to the workflow
-makes this test fail, the change would break workflows already running in production: guard it with
-``workflow.patched()`` instead of re-recording (``python -m tests.workflow.record_histories``).
+makes this test fail, the change would break workflows already running in production: guard it (a new input
+field with a default, or ``workflow.patched()``) and record the new shape under a new prefix next to the old
+files (``python -m tests.workflow.record_histories PREFIX``).
 """
 
 from __future__ import annotations
@@ -28,4 +29,6 @@ async def test_recorded_history_replays(path: Path) -> None:
 
 
 def test_histories_were_recorded() -> None:
-    assert {p.stem for p in HISTORIES} >= {"deleted", "in_use_then_deleted", "dead_lettered", "offloaded"}
+    cases = {"deleted", "in_use_then_deleted", "dead_lettered", "offloaded"}
+    for prefix in ("", "first_message-", "outcome_with_completion-"):
+        assert {p.stem for p in HISTORIES} >= {prefix + case for case in cases}

@@ -9,16 +9,18 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from ledger_deletion import search_attributes as sa
 from ledger_deletion.contracts import (
     AckMessagesInput,
     AckMessagesResult,
@@ -74,7 +76,7 @@ class Fakes:
     dead_letters: list[DeadLetterInput] = field(default_factory=list)
     delete_versions: list[int] = field(default_factory=list)
 
-    def activities(self) -> list[object]:
+    def activities(self) -> list[Callable[..., Any]]:
         fakes = self
 
         @activity.defn(name="check_topic")
@@ -162,18 +164,34 @@ class Harness:
         refs: list[MessageRef] | None = None,
         policy: DeletionPolicy | None = None,
     ) -> DeletionResult:
+        handle = await self.start(request, refs, policy)
+        return await asyncio.wait_for(handle.result(), timeout=30)
+
+    async def start(
+        self,
+        request: PendingDeleteLedgerInfo,
+        refs: list[MessageRef] | None = None,
+        policy: DeletionPolicy | None = None,
+        *,
+        outcome_with_completion: bool = True,
+    ) -> WorkflowHandle[Any, DeletionResult]:
         refs = refs if refs is not None else [MessageRef(f"m-{uuid.uuid4().hex[:6]}", self.queue)]
         # As the ingest does: the first message rides in the input, later ones join by signal.
         handle = await self.client.start_workflow(
             LedgerDeletionWorkflow.run,
-            DeletionInput(request, policy or self.policy, first_message=refs[0]),
+            DeletionInput(
+                request,
+                policy or self.policy,
+                first_message=refs[0],
+                outcome_with_completion=outcome_with_completion,
+            ),
             id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
             task_queue=self.queue,
             search_attributes=search_attributes_for(request),
         )
         for ref in refs[1:]:
             await handle.signal(ADD_MESSAGE_SIGNAL, ref)
-        return await asyncio.wait_for(handle.result(), timeout=30)
+        return handle
 
 
 @pytest.fixture
@@ -346,6 +364,31 @@ async def test_status_query_reports_step_and_messages(harness: Harness, temporal
     assert result.outcome is Outcome.SKIPPED_IN_USE
     final = await handle.query(LedgerDeletionWorkflow.status)
     assert final.outcome == "SKIPPED_IN_USE" and final.messages_acked == 1
+
+
+UPSERT_EVENT = "upsert_workflow_search_attributes_event_attributes"
+
+
+@pytest.mark.parametrize("with_completion", [True, False], ids=["with-completion", "runs-started-before"])
+async def test_outcome_attributes_are_written_with_the_completion(
+    harness: Harness, with_completion: bool
+) -> None:
+    """The outcome rides in the workflow task that completes the run, after the acks: the server then writes
+    it with the close record instead of a visibility write of its own (docs/performance.md, change 13).
+    Runs started without the input field keep writing it before the acks, so their histories replay."""
+    handle = await harness.start(data_request(ledger_id=78), outcome_with_completion=with_completion)
+    assert (await handle.result()).outcome is Outcome.DELETED
+    kinds = [event.WhichOneof("attributes") for event in (await handle.fetch_history()).events]
+    upserts = [i for i, kind in enumerate(kinds) if kind == UPSERT_EVENT]
+    scheduled = [i for i, kind in enumerate(kinds) if kind == "activity_task_scheduled_event_attributes"]
+    assert len(upserts) == 1
+    if with_completion:
+        assert upserts[0] > scheduled[-1]  # after the ack activity, with the completion:
+        assert kinds[upserts[0] + 1] == "workflow_execution_completed_event_attributes"
+    else:
+        assert upserts[0] < scheduled[-1]  # before the ack activity was scheduled
+    attributes = (await handle.describe()).typed_search_attributes
+    assert attributes.get(sa.DELETION_OUTCOME) == "DELETED" and attributes.get(sa.DELETION_STEP) == "done"
 
 
 async def test_message_redelivered_to_a_new_holder_is_acked_by_the_new_holder(harness: Harness) -> None:

@@ -1,0 +1,122 @@
+"""What A's extras make the Temporal server write: persistence operations per workflow, counted, not timed.
+
+    python bench/server_writes.py --variants plain,attrs,upsert,upsert-last
+
+Timing the server (``bench/server_cost.py``) is noisy: the same variant moves ±10 % from run to run. This
+script counts instead. It starts a dev server of its own with its Prometheus endpoint on (the embedded stack
+leaves it off), runs ``--n`` workflows of each ``bench/server_cost.py`` variant, and prints the server's
+``persistence_requests`` and ``visibility_persistence_requests`` per workflow, by operation. The counts are
+exact. This is how the outcome upsert's extra visibility write was found (docs/performance.md, change 13).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from temporalio.client import Client  # noqa: E402
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
+
+from bench.server_cost import VARIANTS, ServerCostWorkflow, run_variant  # noqa: E402
+from bench.trivial import noop  # noqa: E402
+from devstack.stack import HOST, _temporal_binary  # noqa: E402
+from ledger_deletion.search_attributes import dev_server_flags  # noqa: E402
+
+SAMPLE = re.compile(r"^(\w*persistence_requests\w*)\{(.*)\} ([0-9.e+]+)$")
+OPERATION = re.compile(r'operation="([^"]+)"')
+
+
+def persistence_counts(metrics_url: str) -> Counter[tuple[str, str]]:
+    """Cumulative persistence requests by (metric, operation), summed over the other labels."""
+    counts: Counter[tuple[str, str]] = Counter()
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    for line in text.splitlines():
+        sample = SAMPLE.match(line)
+        if sample:
+            operation = OPERATION.search(sample.group(2))
+            counts[(sample.group(1), operation.group(1) if operation else "?")] += int(float(sample.group(3)))
+    return counts
+
+
+async def connect(address: str, timeout: float = 60.0) -> Client:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        try:
+            return await Client.connect(address)
+        except RuntimeError:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def count(args: argparse.Namespace, database: Path) -> None:
+    address, metrics_url = f"{HOST}:{args.port}", f"http://{HOST}:{args.port + 2}/metrics"
+    argv = [str(_temporal_binary() or "temporal"), "server", "start-dev", "--ip", HOST]
+    argv += ["--port", str(args.port), "--ui-port", str(args.port + 1), "--metrics-port", str(args.port + 2)]
+    argv += ["--db-filename", str(database), "--log-level", "error", *dev_server_flags()]
+    argv += ["--sqlite-pragma", "journal_mode=WAL", "--sqlite-pragma", "synchronous=NORMAL"]
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = await connect(address)
+        queue = "server-writes"
+        with ThreadPoolExecutor(32) as executor:
+            async with (
+                Worker(
+                    client,
+                    task_queue=queue,
+                    workflows=[ServerCostWorkflow],
+                    workflow_runner=UnsandboxedWorkflowRunner(),
+                ),
+                Worker(
+                    client,
+                    task_queue=f"{queue}-activities",
+                    activities=[noop],
+                    activity_executor=executor,
+                    max_concurrent_activities=32,
+                ),
+            ):
+                await run_variant(client, queue, "plain", 20, 20)  # warm-up: namespace and queue creation
+                for variant in args.variants.split(","):
+                    await asyncio.sleep(args.settle)
+                    before = persistence_counts(metrics_url)
+                    await run_variant(client, queue, variant, args.n, 50)
+                    # Visibility writes trail the workflow's completion: let the queue drain.
+                    await asyncio.sleep(args.settle)
+                    after = persistence_counts(metrics_url)
+                    print(f"== {variant}: per workflow")
+                    for key in sorted(after):
+                        if after[key] > before[key]:
+                            print(f"  {key[0]:<34} {key[1]:<40} {(after[key] - before[key]) / args.n:6.2f}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"any of {', '.join(VARIANTS)}")
+    parser.add_argument("--n", type=int, default=100, help="workflows per variant")
+    parser.add_argument("--port", type=int, default=28233, help="gRPC port; UI on +1, metrics on +2")
+    parser.add_argument("--settle", type=float, default=3.0, help="seconds to let background writes finish")
+    args = parser.parse_args()
+    database = Path(tempfile.mkdtemp(prefix="ld-server-writes-"))
+    try:
+        asyncio.run(count(args, database / "temporal.db"))
+    finally:
+        shutil.rmtree(database, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
