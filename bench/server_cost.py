@@ -32,7 +32,9 @@ import sys
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,29 @@ def _attributes(index: int) -> TypedSearchAttributes:
     )
 
 
+@asynccontextmanager
+async def variant_workers(client: Client, queue: str, concurrency: int) -> AsyncIterator[None]:
+    """The variants' workers, in this process: the workflow (unsandboxed) on ``queue``, the no-op activity
+    on ``<queue>-activities``."""
+    with ThreadPoolExecutor(concurrency) as executor:
+        async with (
+            Worker(
+                client,
+                task_queue=queue,
+                workflows=[ServerCostWorkflow],
+                workflow_runner=UnsandboxedWorkflowRunner(),
+            ),
+            Worker(
+                client,
+                task_queue=f"{queue}-activities",
+                activities=[noop],
+                activity_executor=executor,
+                max_concurrent_activities=concurrency,
+            ),
+        ):
+            yield
+
+
 async def run_variant(client: Client, queue: str, variant: str, n: int, inflight: int) -> None:
     limit = asyncio.Semaphore(inflight)
 
@@ -135,8 +160,6 @@ async def main_async(args: argparse.Namespace) -> None:
         stack.down()
         shutil.rmtree(args.state_dir / "data", ignore_errors=True)
     endpoints = stack.up()
-    server = stack.pid("temporal")
-    assert server is not None
     queue = f"server-cost-{uuid.uuid4().hex[:6]}"
     costs: dict[str, list[float]] = defaultdict(list)
     variants = args.variants.split(",")
@@ -150,25 +173,10 @@ async def main_async(args: argparse.Namespace) -> None:
             server = stack.pid("temporal")
             assert server is not None
             client = await Client.connect(endpoints.temporal_address)
-            with ThreadPoolExecutor(64) as executor:
-                async with (
-                    Worker(
-                        client,
-                        task_queue=queue,
-                        workflows=[ServerCostWorkflow],
-                        workflow_runner=UnsandboxedWorkflowRunner(),
-                    ),
-                    Worker(
-                        client,
-                        task_queue=f"{queue}-activities",
-                        activities=[noop],
-                        activity_executor=executor,
-                        max_concurrent_activities=64,
-                    ),
-                ):
-                    before, began = cpu_seconds(server), time.monotonic()
-                    await run_variant(client, queue, variant, args.n, args.inflight)
-                    per_wf = (cpu_seconds(server) - before) * 1000 / args.n
+            async with variant_workers(client, queue, concurrency=64):
+                before, began = cpu_seconds(server), time.monotonic()
+                await run_variant(client, queue, variant, args.n, args.inflight)
+                per_wf = (cpu_seconds(server) - before) * 1000 / args.n
             costs[variant].append(per_wf)
             rate = args.n / (time.monotonic() - began)
             print(

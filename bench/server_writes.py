@@ -20,16 +20,13 @@ import sys
 import tempfile
 import urllib.request
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client  # noqa: E402
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
-from bench.server_cost import VARIANTS, ServerCostWorkflow, run_variant  # noqa: E402
-from bench.trivial import noop  # noqa: E402
+from bench.server_cost import VARIANTS, run_variant, variant_workers  # noqa: E402
 from devstack.stack import HOST, _temporal_binary  # noqa: E402
 from ledger_deletion.search_attributes import dev_server_flags  # noqa: E402
 
@@ -71,34 +68,19 @@ async def count(args: argparse.Namespace, database: Path) -> None:
     try:
         client = await connect(address)
         queue = "server-writes"
-        with ThreadPoolExecutor(32) as executor:
-            async with (
-                Worker(
-                    client,
-                    task_queue=queue,
-                    workflows=[ServerCostWorkflow],
-                    workflow_runner=UnsandboxedWorkflowRunner(),
-                ),
-                Worker(
-                    client,
-                    task_queue=f"{queue}-activities",
-                    activities=[noop],
-                    activity_executor=executor,
-                    max_concurrent_activities=32,
-                ),
-            ):
-                await run_variant(client, queue, "plain", 20, 20)  # warm-up: namespace and queue creation
-                for variant in args.variants.split(","):
-                    await asyncio.sleep(args.settle)
-                    before = persistence_counts(metrics_url)
-                    await run_variant(client, queue, variant, args.n, 50)
-                    # Visibility writes trail the workflow's completion: let the queue drain.
-                    await asyncio.sleep(args.settle)
-                    after = persistence_counts(metrics_url)
-                    print(f"== {variant}: per workflow")
-                    for key in sorted(after):
-                        if after[key] > before[key]:
-                            print(f"  {key[0]:<34} {key[1]:<40} {(after[key] - before[key]) / args.n:6.2f}")
+        async with variant_workers(client, queue, concurrency=32):
+            await run_variant(client, queue, "plain", 20, 20)  # warm-up: namespace and queue creation
+            for variant in args.variants.split(","):
+                await asyncio.sleep(args.settle)
+                before = persistence_counts(metrics_url)
+                await run_variant(client, queue, variant, args.n, 50)
+                # Visibility writes trail the workflow's completion: let the queue drain.
+                await asyncio.sleep(args.settle)
+                after = persistence_counts(metrics_url)
+                print(f"== {variant}: per workflow")
+                for key in sorted(after):
+                    if after[key] > before[key]:
+                        print(f"  {key[0]:<34} {key[1]:<40} {(after[key] - before[key]) / args.n:6.2f}")
     finally:
         server.terminate()
         server.wait(timeout=30)

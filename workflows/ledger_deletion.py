@@ -314,10 +314,11 @@ class LedgerDeletionWorkflow:
 def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
     """Make the outcome searchable (``DeletionOutcome``, ``DeletionStep``).
 
-    Written in the workflow task that completes the run, it costs the server next to nothing (+1 % CPU per
-    workflow, within noise); written in an earlier task, before the acks, +7 % (``bench/server_cost.py``,
-    variants ``upsert-last`` and ``upsert``). The acks are bounded (three attempts, a schedule-to-start
-    timeout), so the outcome becomes searchable at most that much later; the ``status`` query has it at once.
+    Written in the workflow task that completes the run, it goes into the close record the server writes
+    anyway; written in an earlier task, before the acks, it cost a visibility write of its own
+    (``bench/server_writes.py``, variants ``upsert-last`` and ``upsert``). The acks are bounded (three
+    attempts, a schedule-to-start timeout), so the outcome becomes searchable at most that much later; the
+    ``status`` query has it at once.
     """
     workflow.upsert_search_attributes(
         [
