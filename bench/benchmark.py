@@ -218,11 +218,18 @@ class Run:
     def prefix(self, phase: str) -> str:
         return f"ldb-{self.run_id}-{phase}"
 
+    def _flag(self, variable: str) -> bool:
+        # Parsed as the pools' settings parse it ("1", "yes", "on" count as true too).
+        return TypeAdapter(bool).validate_python(self.extra_env.get(variable, "false"))
+
     @property
     def colocated(self) -> bool:
-        # Parsed as the pools' settings parse it ("1", "yes", "on" count as true too).
-        value = self.extra_env.get("LEDGER_DELETION_COLOCATE_POOLS", "false")
-        return TypeAdapter(bool).validate_python(value)
+        return self._flag("LEDGER_DELETION_COLOCATE_POOLS")
+
+    @property
+    def sandboxed(self) -> bool:
+        """The pools run workflows in the SDK's sandbox; C's workflow worker then does too."""
+        return self._flag("LEDGER_DELETION_WORKFLOW_SANDBOX")
 
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints
@@ -592,6 +599,7 @@ async def run_c(
                 role,
                 "--pollers",
                 run.c_pollers,
+                *(["--sandbox"] if run.sandboxed else []),
             ],
             run.base_env,
             run.logs,

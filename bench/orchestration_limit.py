@@ -3,9 +3,9 @@
 
     python bench/orchestration_limit.py --address 127.0.0.1:7233 --queue q --role workflow
 
-Same worker settings as the deletion service's pools (sandboxed workflows, sync activities on a thread pool of
-the pool's concurrency, 5 pollers unless ``--pollers``), so the difference between A and C is what
-the deletion itself costs.
+Same worker settings as the deletion service's pools (workflows outside the SDK's sandbox unless
+``--sandbox``, sync activities on a thread pool of the pool's concurrency, 5 pollers unless ``--pollers``), so
+the difference between A and C is what the deletion itself costs.
 """
 
 from __future__ import annotations
@@ -24,16 +24,20 @@ from temporalio.worker import (  # noqa: E402
     PollerBehavior,
     PollerBehaviorAutoscaling,
     PollerBehaviorSimpleMaximum,
+    UnsandboxedWorkflowRunner,
     Worker,
+    WorkflowRunner,
 )
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner  # noqa: E402
 
 from bench.trivial import TrivialWorkflow, noop  # noqa: E402
 
 
-async def serve(address: str, queue: str, role: str, concurrency: int, pollers: str) -> None:
+async def serve(address: str, queue: str, role: str, concurrency: int, pollers: str, sandbox: bool) -> None:
     behavior: PollerBehavior = (
         PollerBehaviorAutoscaling() if pollers == "autoscale" else PollerBehaviorSimpleMaximum(int(pollers))
     )
+    runner: WorkflowRunner = SandboxedWorkflowRunner() if sandbox else UnsandboxedWorkflowRunner()
     client = await Client.connect(address)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -44,6 +48,7 @@ async def serve(address: str, queue: str, role: str, concurrency: int, pollers: 
             client,
             task_queue=queue,
             workflows=[TrivialWorkflow],
+            workflow_runner=runner,
             max_concurrent_workflow_tasks=concurrency,
             workflow_task_poller_behavior=behavior,
         )
@@ -52,6 +57,7 @@ async def serve(address: str, queue: str, role: str, concurrency: int, pollers: 
             client,
             task_queue=queue,
             workflows=[TrivialWorkflow],
+            workflow_runner=runner,
             activities=[noop],
             activity_executor=ThreadPoolExecutor(concurrency),
             max_concurrent_workflow_tasks=concurrency,
@@ -82,8 +88,13 @@ def main() -> None:
     parser.add_argument(
         "--pollers", default="5", help="a fixed number of pollers (5, the SDK default), or autoscale"
     )
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run the workflow in the SDK's sandbox (as the pools do with LEDGER_DELETION_WORKFLOW_SANDBOX)",
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.address, args.queue, args.role, args.concurrency, args.pollers))
+    asyncio.run(serve(args.address, args.queue, args.role, args.concurrency, args.pollers, args.sandbox))
 
 
 if __name__ == "__main__":

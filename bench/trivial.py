@@ -3,7 +3,7 @@
 Shaped like a deletion workflow: the first ``first_round`` activities run in parallel (check topic ∥ verify
 metadata), the rest one after another, each on a task queue served by another process. The benchmark
 passes the shapes it read from A's histories, so C runs the same activities in the same rounds. Pure
-module: the workflow sandbox re-imports it.
+module: with ``--sandbox`` the workflow sandbox re-imports it.
 """
 
 from __future__ import annotations

@@ -104,6 +104,11 @@ class Settings(BaseSettings):
     # starts eagerly on the worker whose workflow scheduled it, with no task-queue round trip through the
     # server (docs/performance.md). Pools can then no longer be deployed and scaled apart.
     colocate_pools: bool = False
+    # Run workflow code in the Temporal SDK's sandbox. The sandbox is a development aid: it catches a
+    # non-deterministic call (clock, random, I/O) in workflow code when it runs. Here the workflow code is the
+    # project's own, and the workflow and replay tests run it sandboxed; in the service it costs a third of
+    # the workflow pool's CPU per deletion and ~5-8 % of throughput (docs/performance.md, change 14).
+    workflow_sandbox: bool = False
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
     # Observability: Prometheus endpoints per process (one process per pool in production); 0 turns one off.

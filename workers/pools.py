@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.bookkeeper import BookKeeperActivities
@@ -65,7 +65,10 @@ def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
 
 
-def _sandbox() -> SandboxedWorkflowRunner:
+def workflow_runner(settings: Settings) -> WorkflowRunner:
+    """The SDK's sandbox when ``workflow_sandbox`` is set, plain worker threads otherwise (the default)."""
+    if not settings.workflow_sandbox:
+        return UnsandboxedWorkflowRunner()
     # Our pure modules are safe to share across runs; re-importing them per run only costs CPU.
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules("ledger_deletion", "workflows")
@@ -224,7 +227,7 @@ def _worker(
         client,
         task_queue=task_queue,
         workflows=[LedgerDeletionWorkflow] if hosted.workflows else [],
-        workflow_runner=_sandbox(),
+        workflow_runner=workflow_runner(settings),
         max_concurrent_workflow_tasks=settings.workflow_concurrency if hosted.workflows else None,
         activities=hosted.activities,
         activity_executor=executor,

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -57,11 +59,14 @@ MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many t
 
 _R = TypeVar("_R")
 
-_VERDICT_OUTCOME = {
-    Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
-    Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
-    Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
-}
+# Read-only: the service runs workflows outside the SDK's sandbox, so module state is shared by every run.
+_VERDICT_OUTCOME: Mapping[Verdict, Outcome] = MappingProxyType(
+    {
+        Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
+        Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
+        Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
+    }
+)
 
 
 class _Finished(Exception):
