@@ -106,8 +106,8 @@ class Settings(BaseSettings):
     colocate_pools: bool = False
     # Run workflow code in the Temporal SDK's sandbox. The sandbox is a development aid: it catches a
     # non-deterministic call (clock, random, I/O) in workflow code when it runs. Here the workflow code is the
-    # project's own, and the workflow and replay tests run it sandboxed; in the service it costs a third of
-    # the workflow pool's CPU per deletion and ~5-8 % of throughput (docs/performance.md, change 14).
+    # project's own: the workflow tests run it sandboxed and the replay tests both ways. In the service the
+    # sandbox costs a third of the workflow pool's CPU and ~4 % of throughput (docs/performance.md, #14).
     workflow_sandbox: bool = False
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
