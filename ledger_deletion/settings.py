@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     # Run workflow code in the Temporal SDK's sandbox. The sandbox is a development aid: it catches a
     # non-deterministic call (clock, random, I/O) in workflow code when it runs. Here the workflow code is the
     # project's own: the workflow tests run it sandboxed and the replay tests both ways. In the service the
-    # sandbox costs a third of the workflow pool's CPU and ~4 % of throughput (docs/performance.md, #14).
+    # sandbox costs a third of the workflow pool's CPU, ~4 % of throughput (docs/performance.md, change 14).
     workflow_sandbox: bool = False
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
