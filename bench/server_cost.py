@@ -163,6 +163,7 @@ async def main_async(args: argparse.Namespace) -> None:
     queue = f"server-cost-{uuid.uuid4().hex[:6]}"
     costs: dict[str, list[float]] = defaultdict(list)
     variants = args.variants.split(",")
+    client = await Client.connect(endpoints.temporal_address)
     for round_ in range(args.rounds):
         # The server's cost drifts up as its database grows: rotate the order so that no variant
         # always runs last (or, with --fresh, give every run an empty database).
@@ -170,9 +171,9 @@ async def main_async(args: argparse.Namespace) -> None:
         for variant in variants[shift:] + variants[:shift]:
             if args.fresh:
                 restart_temporal_empty(stack)
+                client = await Client.connect(endpoints.temporal_address)
             server = stack.pid("temporal")
             assert server is not None
-            client = await Client.connect(endpoints.temporal_address)
             async with variant_workers(client, queue, concurrency=64):
                 before, began = cpu_seconds(server), time.monotonic()
                 await run_variant(client, queue, variant, args.n, args.inflight)

@@ -27,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client  # noqa: E402
 
 from bench.server_cost import VARIANTS, run_variant, variant_workers  # noqa: E402
-from devstack.stack import HOST, _temporal_binary  # noqa: E402
-from ledger_deletion.search_attributes import dev_server_flags  # noqa: E402
+from devstack.stack import HOST, temporal_server_argv  # noqa: E402
 
 SAMPLE = re.compile(r"^(\w*persistence_requests\w*)\{(.*)\} ([0-9.e+]+)$")
 OPERATION = re.compile(r'operation="([^"]+)"')
@@ -60,10 +59,8 @@ async def connect(address: str, timeout: float = 60.0) -> Client:
 
 async def count(args: argparse.Namespace, database: Path) -> None:
     address, metrics_url = f"{HOST}:{args.port}", f"http://{HOST}:{args.port + 2}/metrics"
-    argv = [str(_temporal_binary() or "temporal"), "server", "start-dev", "--ip", HOST]
-    argv += ["--port", str(args.port), "--ui-port", str(args.port + 1), "--metrics-port", str(args.port + 2)]
-    argv += ["--db-filename", str(database), "--log-level", "error", *dev_server_flags()]
-    argv += ["--sqlite-pragma", "journal_mode=WAL", "--sqlite-pragma", "synchronous=NORMAL"]
+    # The embedded stack's server, with its Prometheus endpoint on.
+    argv = temporal_server_argv(args.port, args.port + 1, database, "--metrics-port", str(args.port + 2))
     server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = await connect(address)

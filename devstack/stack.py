@@ -386,32 +386,7 @@ class Stack:
         temporal = _Service(
             name="temporal",
             endpoint=f"{ep.temporal_address} (UI {ep.temporal_ui_url})",
-            argv=[
-                str(_temporal_binary() or "temporal"),
-                "server",
-                "start-dev",
-                "--ip",
-                HOST,
-                "--port",
-                str(p.temporal),
-                "--ui-port",
-                str(p.temporal_ui),
-                "--db-filename",
-                str(temporal_db),
-                # A file database at default pragmas runs ~13 workflows/s on two cores, ~30/s with these.
-                "--sqlite-pragma",
-                "journal_mode=WAL",
-                "--sqlite-pragma",
-                "synchronous=NORMAL",
-                # Checkpoint the WAL every ~40 MB instead of every 4 MB: the hot pages (executions, task
-                # queues) are written back once per checkpoint, not ten times. The server's I/O wait fell from
-                # ~14 % to ~4 % of its core under benchmark load (docs/performance.md). Same durability.
-                "--sqlite-pragma",
-                "wal_autocheckpoint=10000",
-                "--log-level",
-                "warn",
-                *dev_server_flags(),
-            ],
+            argv=temporal_server_argv(p.temporal, p.temporal_ui, temporal_db),
             markers=("start-dev", str(temporal_db)),
             ports=(p.temporal, p.temporal_ui),
             healthy=lambda: _temporal_healthy(ep.temporal_address),
@@ -737,6 +712,37 @@ def _temporal_cli(*args: str, timeout: float = 10.0) -> subprocess.CompletedProc
         return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
+
+
+def temporal_server_argv(port: int, ui_port: int, database: Path, *extra: str) -> list[str]:
+    """The embedded Temporal dev server's command line, on ``database`` (``extra``: more flags)."""
+    return [
+        str(_temporal_binary() or "temporal"),
+        "server",
+        "start-dev",
+        "--ip",
+        HOST,
+        "--port",
+        str(port),
+        "--ui-port",
+        str(ui_port),
+        "--db-filename",
+        str(database),
+        # A file database at default pragmas runs ~13 workflows/s on two cores, ~30/s with these.
+        "--sqlite-pragma",
+        "journal_mode=WAL",
+        "--sqlite-pragma",
+        "synchronous=NORMAL",
+        # Checkpoint the WAL every ~40 MB instead of every 4 MB: the hot pages (executions, task
+        # queues) are written back once per checkpoint, not ten times. The server's I/O wait fell from
+        # ~14 % to ~4 % of its core under benchmark load (docs/performance.md). Same durability.
+        "--sqlite-pragma",
+        "wal_autocheckpoint=10000",
+        "--log-level",
+        "warn",
+        *dev_server_flags(),
+        *extra,
+    ]
 
 
 def _temporal_healthy(address: str) -> bool:
