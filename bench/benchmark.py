@@ -191,7 +191,7 @@ class Run:
     client: Client
     base_env: dict[str, str]
     inflight: int = 100  # received-not-acked messages per pulsar process; running workflows in C
-    c_pollers: str = "5"
+    c_pollers: str = ""  # C's pollers; empty: the same as the pools'
     extra_env: dict[str, str] = field(default_factory=dict)  # more LEDGER_DELETION_* settings for the pools
     storage_sample: int = 2000  # ledgers/objects checked in ZooKeeper and S3 after a phase; 0 = all
 
@@ -230,6 +230,16 @@ class Run:
     def sandboxed(self) -> bool:
         """The pools run workflows in the SDK's sandbox; C's workflow worker then does too."""
         return self._flag("LEDGER_DELETION_WORKFLOW_SANDBOX")
+
+    def pollers(self, role: str) -> str:
+        """C's pollers for ``role``: ``--c-pollers`` if given, else what the pools use (the workflow
+        pool's for C's workflow worker, an activity pool's for its activity worker)."""
+        if self.c_pollers:
+            return self.c_pollers
+        name = "activity_task_pollers" if role == "activity" else "workflow_task_pollers"
+        default = Settings.model_fields[name].default
+        configured = self.extra_env.get(f"LEDGER_DELETION_{name.upper()}", default)
+        return str(TypeAdapter(int).validate_python(configured))
 
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints
@@ -598,7 +608,7 @@ async def run_c(
                 "--role",
                 role,
                 "--pollers",
-                run.c_pollers,
+                run.pollers(role),
                 *(["--sandbox"] if run.sandboxed else []),
             ],
             run.base_env,
@@ -738,7 +748,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "load_before": load_average(),
         "replicas": args.replicas,
         "inflight": args.inflight,
-        "c_pollers": args.c_pollers,
+        "c_pollers": {role: run.pollers(role) for role in ("workflow", "activity")},
         "settings": args.set,
         "fault_rate": args.fault_rate,
         "reconsume_seconds": args.reconsume_seconds,
@@ -903,7 +913,11 @@ def main() -> None:
     parser.add_argument(
         "--inflight", type=int, default=100, help="ingest max in-flight (A) and running workflows (C)"
     )
-    parser.add_argument("--c-pollers", default="5", help="C's pollers: N (5, as the pools) or autoscale")
+    parser.add_argument(
+        "--c-pollers",
+        default="",
+        help="C's pollers: N or autoscale (default: the pools' LEDGER_DELETION_*_TASK_POLLERS)",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="VAR=VALUE", help="extra environment for the pools"
     )

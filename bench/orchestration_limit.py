@@ -4,8 +4,8 @@
     python bench/orchestration_limit.py --address 127.0.0.1:7233 --queue q --role workflow
 
 Same worker settings as the deletion service's pools (workflows outside the SDK's sandbox unless
-``--sandbox``, sync activities on a thread pool of the pool's concurrency, 5 pollers unless ``--pollers``), so
-the difference between A and C is what the deletion itself costs.
+``--sandbox``, sync activities on a thread pool of the pool's concurrency, the pools' pollers, which the
+benchmark passes in ``--pollers``), so the difference between A and C is what the deletion itself costs.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--role", choices=("workflow", "activity", "both"), required=True)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument(
-        "--pollers", default="5", help="a fixed number of pollers (5, the SDK default), or autoscale"
+        "--pollers", default="32", help="a fixed number of pollers (the pools' default, 32), or autoscale"
     )
     parser.add_argument(
         "--sandbox",

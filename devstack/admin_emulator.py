@@ -28,12 +28,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlencode
 
+from cheroot.wsgi import Server as WSGIServer
 from flask import Flask, Response, jsonify, request
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
-from werkzeug.serving import BaseWSGIServer, make_server
 
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
@@ -49,6 +49,7 @@ from ledger_deletion.formats.managed_ledger import (
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 
 log = logging.getLogger(__name__)
+SERVER_THREADS = 8  # requests served at once per emulated broker
 
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
@@ -416,6 +417,11 @@ def create_app(
             return _error(401, "HTTP 401 Unauthorized")
         return None
 
+    @app.after_request
+    def log_request(response: Response) -> Response:
+        log.debug("%s %s -> %d", request.method, request.full_path, response.status_code)
+        return response
+
     @app.errorhandler(KazooException)
     @app.errorhandler(KazooTimeoutError)
     def zookeeper_unavailable(exc: Exception) -> Response:
@@ -504,7 +510,7 @@ class AdminEmulator:
             hosts=zookeeper, timeout=10.0, connection_retry=KazooRetry(max_tries=-1, max_delay=2.0)
         )
         self.urls: list[str] = []
-        self._servers: list[BaseWSGIServer] = []
+        self._servers: list[WSGIServer] = []
         self._threads: list[threading.Thread] = []
         self._spec = (host, (port, owner_port), token, ledgers_root)
 
@@ -514,21 +520,22 @@ class AdminEmulator:
         urls: list[str] = []  # filled below, after binding: with port 0 the URLs are known only then
         for index, port in enumerate(ports):
             app = create_app(self.zk, broker_urls=urls, index=index, token=token, ledgers_root=ledgers_root)
-            self._servers.append(make_server(host, port, app, threaded=True))
-        urls.extend(f"http://{host}:{server.server_port}" for server in self._servers)
+            # cheroot, not werkzeug's development server: that one closes the connection after every
+            # response, which a broker (Jetty) does not, and the reconnects cost both sides CPU.
+            server = WSGIServer((host, port), app, numthreads=SERVER_THREADS)
+            server.prepare()  # binds, so the port is known now even when asked for port 0
+            self._servers.append(server)
+        urls.extend(f"http://{host}:{server.bind_addr[1]}" for server in self._servers)
         self.urls = urls
         for server in self._servers:
-            thread = threading.Thread(
-                target=server.serve_forever, name=f"admin-{server.server_port}", daemon=True
-            )
+            thread = threading.Thread(target=server.serve, name=f"admin-{server.bind_addr[1]}", daemon=True)
             thread.start()
             self._threads.append(thread)
         return self
 
     def stop(self) -> None:
         for server in self._servers:
-            server.shutdown()
-            server.server_close()
+            server.stop()
         for thread in self._threads:
             thread.join(timeout=5)
         self.zk.stop()
@@ -554,8 +561,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.verbose:
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request floods the log
+    if args.verbose:
+        log.setLevel(logging.DEBUG)  # one line per request
     logging.getLogger("kazoo").setLevel(logging.WARNING)
 
     stop = threading.Event()

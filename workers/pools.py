@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkflowRunner
+from temporalio.worker import PollerBehaviorSimpleMaximum, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.bookkeeper import BookKeeperActivities
@@ -232,5 +232,7 @@ def _worker(
         activities=hosted.activities,
         activity_executor=executor,
         max_concurrent_activities=hosted.concurrency or None,
+        workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.workflow_task_pollers),
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.activity_task_pollers),
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -178,6 +179,25 @@ def test_non_owner_redirects_to_owner(
     finally:
         client.close()
     assert answer.found and answer.served_by == stack.pulsar_admin_owner_url
+
+
+def test_connections_are_kept_alive(stack: StackEndpoints) -> None:
+    """A broker (Jetty) keeps HTTP/1.1 connections open between requests; a server that closes them makes
+    every admin call pay a new connection on both sides."""
+    for base in (stack.pulsar_admin_url, stack.pulsar_admin_owner_url):
+        parts = urlsplit(base)
+        connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
+        sockets = []
+        for _ in range(3):
+            connection.request("GET", "/health")
+            response = connection.getresponse()
+            response.read()
+            assert response.status == 200
+            assert response.getheader("Connection") != "close"
+            sockets.append(connection.sock)  # http.client drops the socket when the server closes it
+        connection.close()
+        assert sockets[0] is not None
+        assert all(sock is sockets[0] for sock in sockets)
 
 
 def test_owner_of_a_topic_is_stable_and_covers_both_brokers() -> None:

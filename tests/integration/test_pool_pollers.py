@@ -1,0 +1,43 @@
+"""Every pool's worker keeps the configured number of task polls open.
+
+The SDK's default of 5 left the Temporal server idle while polls travelled to a busy worker and back
+(docs/performance.md, change 15); the pools take theirs from the settings instead.
+"""
+
+from __future__ import annotations
+
+import pydantic
+import pytest
+from temporalio.client import Client
+from temporalio.worker import PollerBehaviorSimpleMaximum
+
+from ledger_deletion.settings import Settings
+from tests.conftest import running_pools
+
+pytestmark = pytest.mark.stack
+
+
+async def test_pools_poll_with_the_configured_pollers(settings: Settings, temporal_client: Client) -> None:
+    custom = settings.model_copy(
+        update={
+            "workflow_task_pollers": 7,
+            "activity_task_pollers": 3,
+            "task_queue_prefix": f"{settings.task_queue_prefix}-pollers",
+        }
+    )
+    # Not the pulsar pool: it would consume the session's deletion topic.
+    async with running_pools(custom, temporal_client, pools=("workflow", "bookkeeper", "offload")) as running:
+        assert len(running.workers) == 3
+        for worker in running.workers:
+            config = worker.config()
+            assert config.get("workflow_task_poller_behavior") == PollerBehaviorSimpleMaximum(7)
+            assert config.get("activity_task_poller_behavior") == PollerBehaviorSimpleMaximum(3)
+
+
+def test_pollers_default_to_32_and_workflow_pollers_to_at_least_2() -> None:
+    defaults = Settings()
+    assert (defaults.workflow_task_pollers, defaults.activity_task_pollers) == (32, 32)
+    with pytest.raises(pydantic.ValidationError):
+        Settings(workflow_task_pollers=1)  # one poll cannot serve both the shared and the sticky queue
+    with pytest.raises(pydantic.ValidationError):
+        Settings(activity_task_pollers=0)
