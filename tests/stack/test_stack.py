@@ -6,6 +6,9 @@ import shlex
 
 import pulsar
 import pytest
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import ListTaskQueuePartitionsRequest
+from temporalio.client import Client
 
 from devstack.stack import SERVICES, Stack, StackEndpoints, StackPorts, default_state_dir
 from ledger_deletion.settings import DEFAULT_TOPIC, Settings
@@ -53,3 +56,15 @@ def test_deletion_topic_has_four_partitions_and_bucket_exists(stack: StackEndpoi
     finally:
         client.close()
     stack.s3_client().head_bucket(Bucket=stack.offload_bucket)
+
+
+async def test_task_queues_have_one_partition(stack: StackEndpoints) -> None:
+    """The embedded server runs every task queue as one partition: in one process, more only forward tasks."""
+    client = await Client.connect(stack.temporal_address)
+    reply = await client.workflow_service.list_task_queue_partitions(
+        ListTaskQueuePartitionsRequest(
+            namespace="default", task_queue=TaskQueue(name="ledger-deletion-workflow")
+        )
+    )
+    assert len(reply.workflow_task_queue_partitions) == 1
+    assert len(reply.activity_task_queue_partitions) == 1
