@@ -86,7 +86,9 @@ def main() -> None:
     parser.add_argument("--role", choices=("workflow", "activity", "both"), required=True)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument(
-        "--pollers", default="32", help="a fixed number of pollers (the pools' default, 32), or autoscale"
+        "--pollers",
+        required=True,
+        help="a fixed number of pollers (the benchmark passes the pools' setting), or autoscale",
     )
     parser.add_argument(
         "--sandbox",

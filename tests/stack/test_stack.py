@@ -65,7 +65,7 @@ async def test_task_queues_have_one_partition(stack: StackEndpoints) -> None:
     client = await Client.connect(stack.temporal_address)
     reply = await client.workflow_service.list_task_queue_partitions(
         ListTaskQueuePartitionsRequest(
-            namespace="default", task_queue=TaskQueue(name="ledger-deletion-workflow")
+            namespace="default", task_queue=TaskQueue(name=Settings().task_queue("workflow"))
         )
     )
     assert len(reply.workflow_task_queue_partitions) == 1
