@@ -514,6 +514,7 @@ class BResult:
     cpu_s: float
     rss_mb: float
     storage_problems: list[str]
+    resubscribed: int = 0  # times the consumer replaced a stalled subscription (pulsar-lite)
 
 
 def run_b(
@@ -570,6 +571,7 @@ def run_b(
         cpu_s=round(proc.cpu_s, 1),
         rss_mb=round(proc.rss_mb),
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
+        resubscribed=data.get("resubscribed", 0),
     )
 
 
@@ -845,6 +847,8 @@ def print_table(report: dict[str, Any]) -> str:
         row(f"A service @ {half['publish_rate']:.1f}/s (half max)", half, f"{half['events_happy']:.1f}")
     if b:
         row("B PIP-186 consumer, backlog", b)
+        if b.get("resubscribed"):
+            lines.append(f"  (B resubscribed {b['resubscribed']}x: pulsar-lite stopped dispatching to it)")
     if c:
         row(f"C trivial wf, {c['activities']:.2f} activities", {**c, "p50_ms": float("nan")})
     fa, fb = report.get("A_faults"), report.get("B_faults")

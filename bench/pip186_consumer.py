@@ -20,11 +20,18 @@ each retry: every check, not only the step that failed.
 
 Runs as its own process (so the benchmark can measure its CPU and RSS) until ``--expect`` messages reached a
 terminal state, then writes a JSON summary (per-message publish → ack latency, outcomes, attempts).
+
+pulsar-lite sometimes stops dispatching to a consumer part-way through a large backlog. The service's ingest
+resubscribes when that happens (``workers/ingest.py``); so does this consumer, on the same rule: after
+``--resubscribe-idle-seconds`` without a message while it holds none (nothing being handled, nothing waiting
+for its due time: an ack must go through the consumer that received the message), it closes its consumer and
+subscribes a fresh one. Without it a stalled run would sit until ``--timeout`` (an hour).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import heapq
 import json
 import sys
@@ -80,7 +87,12 @@ def _raw(method: Any) -> Any:
 
 class Pip186Consumer:
     def __init__(
-        self, settings: Settings, reconsume_seconds: float, max_reconsume: int, concurrency: int
+        self,
+        settings: Settings,
+        reconsume_seconds: float,
+        max_reconsume: int,
+        concurrency: int,
+        resubscribe_idle_seconds: float = 10.0,
     ) -> None:
         token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
         self.settings = settings
@@ -100,13 +112,10 @@ class Pip186Consumer:
         self.offload = OffloadActivities(
             ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
         )
-        self.consumer = self.client.subscribe(
-            [settings.topic, self.retry_topic],
-            settings.subscription,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-            receiver_queue_size=1000,
-        )
+        self.resubscribe_idle_seconds = resubscribe_idle_seconds
+        self.resubscribed = 0
+        self.handling = 0  # messages submitted and not yet acked, reconsumed or dead-lettered
+        self.consumer = self._subscribe()
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix="pip186")
         self.slots = threading.Semaphore(concurrency * 4)
         self.lock = threading.Lock()
@@ -122,14 +131,28 @@ class Pip186Consumer:
 
     # --- the consumer loop --------------------------------------------------------------------------------
 
+    def _subscribe(self) -> Any:
+        return self.client.subscribe(
+            [self.settings.topic, self.retry_topic],
+            self.settings.subscription,
+            consumer_type=pulsar.ConsumerType.Shared,
+            initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=1000,
+        )
+
     def run(self, expect: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        last_message = time.monotonic()
         while self.done < expect and time.monotonic() < deadline:
             self._release_due()
             try:
                 message = self.consumer.receive(timeout_millis=50)
             except pulsar.Timeout:
+                if self._stalled(last_message):
+                    self._resubscribe()
+                    last_message = time.monotonic()
                 continue
+            last_message = time.monotonic()
             if not self.first_receive:
                 self.first_receive = time.time()
             due = float(message.properties().get(DELAY_UNTIL, 0)) / 1000
@@ -150,10 +173,31 @@ class Pip186Consumer:
                 _, _, message = heapq.heappop(self.delayed)
             self._submit(message)
 
+    def _stalled(self, last_message: float) -> bool:
+        with self.lock:
+            holding = self.handling > 0 or bool(self.delayed)
+        idle = time.monotonic() - last_message
+        return self.resubscribe_idle_seconds > 0 and idle >= self.resubscribe_idle_seconds and not holding
+
+    def _resubscribe(self) -> None:
+        """Closing hands anything prefetched but not received back to the subscription: nothing is lost."""
+        with contextlib.suppress(Exception):  # pulsar's own error classes: the broker drops it anyway
+            self.consumer.close()
+        self.consumer = self._subscribe()
+        self.resubscribed += 1
+        print(f"pip186 consumer resubscribed after a stall ({self.done} done)", flush=True)
+
     def _submit(self, message: Any) -> None:
         self.slots.acquire()
+        with self.lock:
+            self.handling += 1
         future = self.pool.submit(self._handle, message)
-        future.add_done_callback(lambda _: self.slots.release())
+        future.add_done_callback(lambda _: self._handled())
+
+    def _handled(self) -> None:
+        with self.lock:
+            self.handling -= 1
+        self.slots.release()
 
     # --- one message --------------------------------------------------------------------------------------
 
@@ -268,10 +312,18 @@ def main() -> None:
     parser.add_argument("--max-reconsume", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=3600.0)
+    parser.add_argument(
+        "--resubscribe-idle-seconds",
+        type=float,
+        default=10.0,
+        help="resubscribe after this long without a message while holding none (0: never)",
+    )
     args = parser.parse_args()
     rate = faults.install()
     settings = Settings()
-    consumer = Pip186Consumer(settings, args.reconsume_seconds, args.max_reconsume, args.concurrency)
+    consumer = Pip186Consumer(
+        settings, args.reconsume_seconds, args.max_reconsume, args.concurrency, args.resubscribe_idle_seconds
+    )
     print("pip186 consumer ready", flush=True)
     try:
         consumer.run(args.expect, args.timeout)
@@ -284,6 +336,7 @@ def main() -> None:
                     "latencies_ms": consumer.latencies_ms,
                     "ack_times": consumer.ack_times,
                     "reconsumed": consumer.reconsumed,
+                    "resubscribed": consumer.resubscribed,
                     "faults_injected": faults.injected,
                     "fault_rate": rate,
                     "first_receive": consumer.first_receive,
