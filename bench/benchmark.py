@@ -24,6 +24,8 @@ disturbed, and their load does not land on our Temporal server):
 
 The last line is ``A/B=<ratio> A/C=<ratio> events_per_deletion=<n> p99_ms=<n>``. Results also go to
 ``bench/results/<utc time>.json``. This is not a test: numbers depend on the machine and on what else runs.
+``--pin-server`` puts the Temporal server on a core of its own (the server-bound A/C);
+``--profile-server DIR`` records it with perf during A and C, for ``bench/server_profile.py``.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from pydantic import TypeAdapter  # noqa: E402
 from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.service import RPCError  # noqa: E402
 
+from bench import server_profile  # noqa: E402
 from bench.faults import FAULT_RATE_ENV  # noqa: E402
 from bench.mix import Seeded, seed  # noqa: E402
 from bench.trivial import TRIVIAL_WORKFLOW  # noqa: E402
@@ -159,23 +162,30 @@ def wait_for_line(proc: Proc, text: str, timeout: float = 90) -> None:
 
 @dataclass
 class StackProcs:
-    """The stack's server processes (for CPU per phase)."""
+    """The stack's server processes (for CPU per phase; with a profile dir, perf samples of Temporal too)."""
 
     pids: dict[str, int]
     start: dict[str, float] = field(default_factory=dict)
+    profile_dir: Path | None = None  # --profile-server: one perf recording of the Temporal server per phase
+    recording: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def of(cls, stack: Stack) -> StackProcs:
+    def of(cls, stack: Stack, profile_dir: Path | None = None) -> StackProcs:
         pids = {}
         for service in SERVICES:
             with contextlib.suppress(OSError, ValueError):
                 pids[service] = int((stack.state_dir / "run" / f"{service}.pid").read_text())
-        return cls(pids)
+        return cls(pids, profile_dir=profile_dir)
 
-    def mark(self) -> None:
+    def mark(self, phase: str) -> None:
         self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        if self.profile_dir is not None and "temporal" in self.pids:
+            self.recording = server_profile.record(self.pids["temporal"], self.profile_dir / f"{phase}.data")
 
     def cpu(self) -> dict[str, float]:
+        if self.recording is not None:
+            server_profile.stop(self.recording)
+            self.recording = None
         return {name: round(cpu_seconds(pid) - self.start.get(name, 0), 1) for name, pid in self.pids.items()}
 
 
@@ -436,7 +446,7 @@ async def run_a(
         for proc in procs:
             proc.mark()
         if stack_procs:
-            stack_procs.mark()
+            stack_procs.mark(phase)
         began = time.time()
         join = publish_in_background(run.settings(phase), seeded, rate)
         queue = run.settings(phase).task_queue("workflow")
@@ -622,7 +632,7 @@ async def run_c(
         for proc in procs:
             wait_for_line(proc, "worker running")
             proc.mark()
-        stack_procs.mark()
+        stack_procs.mark("c")
         began = time.time()
         starting, running = asyncio.Semaphore(32), asyncio.Semaphore(run.inflight)
 
@@ -742,7 +752,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         extra,
         args.storage_sample,
     )
-    stack_procs = StackProcs.of(stack)
+    if args.profile_server:
+        args.profile_server.mkdir(parents=True, exist_ok=True)
+    stack_procs = StackProcs.of(stack, args.profile_server)
     report: dict[str, Any] = {
         "n": args.n,
         "run_id": run_id,
@@ -791,7 +803,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         shapes = a.shapes or [Shape(5, 2)]
         if not args.keep_state:
             await empty_temporal_database(stack, run, args.pin_server)
-            stack_procs = StackProcs.of(stack)
+            stack_procs = StackProcs.of(stack, args.profile_server)
         c = await run_c(run, n, shapes, stack_procs)
         report["C"] = asdict(c)
         print(f"C: {c.rate:.1f} workflows/s ({c.activities:.2f} activities per workflow)", flush=True)
@@ -933,6 +945,13 @@ def main() -> None:
         help="ledgers and objects checked in ZooKeeper/S3 after each phase (0: every one)",
     )
     parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")
+    parser.add_argument(
+        "--profile-server",
+        type=Path,
+        metavar="DIR",
+        help="perf-record the Temporal server during A's backlog (DIR/a.data) and C (DIR/c.data); "
+        "read them with bench/server_profile.py",
+    )
     parser.add_argument(
         "--pin-server",
         action="store_true",
