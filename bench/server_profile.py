@@ -115,9 +115,11 @@ def _section(elf: bytes, wanted: str) -> bytes:
 
 def busy_stacks(recording: Path, symbols: GoSymbols) -> list[list[str]]:
     """Symbolized call stacks (leaf first) of the samples in the recording's busy window."""
-    script = subprocess.run(
-        ["perf", "script", "-i", str(recording), "-F", "time,ip"], capture_output=True, text=True, check=True
-    ).stdout
+    argv = ["perf", "script", "-i", str(recording), "-F", "time,ip"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{recording}: perf script failed: {done.stderr.strip()[:300]}")
+    script = done.stdout
     samples: list[tuple[float, list[str]]] = []
     for block in script.split("\n\n"):
         lines = block.strip().splitlines()
@@ -125,6 +127,8 @@ def busy_stacks(recording: Path, symbols: GoSymbols) -> list[list[str]]:
             continue
         when = float(lines[0].strip().rstrip(":"))
         samples.append((when, [symbols.name(int(line.split()[0], 16)) for line in lines[1:] if line.strip()]))
+    if not samples:
+        raise SystemExit(f"{recording}: no samples (was perf allowed to attach? see perf_event_paranoid)")
     per_second = Counter(int(when) for when, _ in samples)
     busiest = max(per_second.values())
     busy = [second for second, count in per_second.items() if count >= 0.6 * busiest]
