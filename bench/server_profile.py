@@ -31,7 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-# The first of these found from the root of a stack names its category.
+# The first of these (in this order) that a stack contains names its category: the gRPC handler or queue
+# processor the sample ran under, or garbage collection.
 CATEGORIES = (
     "gcBgMarkWorker",
     "visibilityQueueTaskExecutor",
