@@ -5,7 +5,7 @@
 
 The first command records the dev server with ``perf record -F 997 --call-graph fp`` (Go keeps frame
 pointers) during A's backlog and during C. This script symbolizes the samples and prints, per category (the
-gRPC handler or queue processor at the root of the stack, garbage collection, ...) and per named function
+gRPC handler or queue processor a sample ran under, garbage collection, ...) and per named function
 (``--function``, inclusive), milliseconds of server CPU per deletion (A) and per trivial workflow (C).
 
 The ``temporal`` binary is stripped, so perf cannot name anything. Go keeps its own symbol table
