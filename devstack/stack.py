@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ledger_deletion.search_attributes import dev_server_flags
+from ledger_deletion.search_attributes import cli_types, dev_server_flags
 from ledger_deletion.settings import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
@@ -782,8 +782,9 @@ def _ensure_search_attributes(address: str) -> None:
     rejected for a second or two; a workflow started then would fail. Creating an attribute that exists with
     the same type succeeds, so this runs on every ``up``; it returns at once when nothing was missing.
     """
-    wanted = dict(name_type.split("=", 1) for name_type in dev_server_flags()[1::2])
-    missing = [name for name in wanted if name not in _registered_search_attributes(address)]
+    wanted = cli_types()
+    registered = _registered_search_attributes(address)
+    missing = [name for name in wanted if name not in registered]
     if not missing:
         return
     args = ["operator", "search-attribute", "create", "--address", address, "--namespace", "default"]

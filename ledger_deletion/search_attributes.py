@@ -6,7 +6,7 @@ registers them with ``ledger-deletion setup``.
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
 LEDGER_ID = SearchAttributeKey.for_int("LedgerId")
 LEDGER_TYPE = SearchAttributeKey.for_keyword("LedgerType")
@@ -29,10 +29,17 @@ ALL: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
 )
 
 
+_CLI_TYPE = {SearchAttributeIndexedValueType.INT: "Int", SearchAttributeIndexedValueType.KEYWORD: "Keyword"}
+
+
+def cli_types() -> dict[str, str]:
+    """Each attribute's type as the ``temporal`` CLI names it (``Int``, ``Keyword``)."""
+    return {key.name: _CLI_TYPE[key.indexed_value_type] for key in ALL}
+
+
 def dev_server_flags() -> list[str]:
     """``--search-attribute Name=Type`` flags for ``temporal server start-dev``."""
     flags: list[str] = []
-    for key in ALL:
-        kind = "Int" if key is LEDGER_ID else "Keyword"
-        flags += ["--search-attribute", f"{key.name}={kind}"]
+    for name, kind in cli_types().items():
+        flags += ["--search-attribute", f"{name}={kind}"]
     return flags
