@@ -120,7 +120,8 @@ async def run_pools(
             host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
             offload = OffloadActivities(
-                ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
+                ObjectStore(settings.s3_endpoint or None, settings.s3_region, settings.offload_concurrency),
+                settings.offload_bucket,
             )
             host("offload", [offload.delete_offload_segment], settings.offload_concurrency)
         ingest_task: asyncio.Task[None] | None = None
@@ -128,7 +129,11 @@ async def run_pools(
         if "pulsar" in wanted:
             token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
             admin = PulsarAdminClient(
-                settings.pulsar_admin_url, token, settings.admin_timeout_seconds, settings.admin_max_redirects
+                settings.pulsar_admin_url,
+                token,
+                settings.admin_timeout_seconds,
+                settings.admin_max_redirects,
+                max_connections=settings.pulsar_concurrency,
             )
             stack.callback(admin.close)
             pulsar_client = messaging.connect(settings.pulsar_url, token)

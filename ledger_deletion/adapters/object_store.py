@@ -31,6 +31,9 @@ class ObjectHead:
 class ObjectStore:
     endpoint_url: str | None = None
     region: str = "us-east-1"
+    # As many as the threads calling at once: past botocore's default of 10, each extra call opened and
+    # discarded a connection of its own.
+    max_connections: int = 10
     _client: Any = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -40,7 +43,10 @@ class ObjectStore:
             endpoint_url=self.endpoint_url or None,
             region_name=self.region,
             config=Config(
-                retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=5, read_timeout=20
+                retries={"max_attempts": 2, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=20,
+                max_pool_connections=self.max_connections,
             ),
         )
 

@@ -40,10 +40,19 @@ class PulsarAdminClient:
     timeout_seconds: float = 10.0
     max_redirects: int = 5
     trusted_hosts: frozenset[str] = frozenset()
+    # As many as the threads calling at once: past httpx's default of 20 kept alive, each extra call opened
+    # and closed a TCP connection of its own (and a TLS session, in production).
+    max_connections: int = 20
     _http: httpx.Client = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._http = httpx.Client(timeout=self.timeout_seconds, follow_redirects=False)
+        self._http = httpx.Client(
+            timeout=self.timeout_seconds,
+            follow_redirects=False,
+            limits=httpx.Limits(
+                max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+            ),
+        )
 
     def close(self) -> None:
         self._http.close()
