@@ -3,9 +3,10 @@
 This module is pure (no I/O) so workflow code can use it. Field names of the wire forms (Avro record and
 JSON lines) are the camelCase names of the Avro schema; the dataclasses use snake_case. Conversion in both
 directions lives here so the Avro codec, ``submit`` and the workflow agree on one shape.
-"""
 
-from __future__ import annotations
+Annotations are evaluated when each class is defined (no ``from __future__ import annotations``): these
+dataclasses travel in workflow payloads, see ``contracts.py``.
+"""
 
 import re
 from collections.abc import Mapping
