@@ -103,14 +103,20 @@ class Pip186Consumer:
         # Its own producer: ``Publisher`` has no ``deliver_after``.
         self.retry = self.client.create_producer(self.retry_topic, batching_enabled=False)
         self.dlq = messaging.Publisher(self.client, settings.dead_letter_topic)
+        # Connection pools as large as the thread pool, as the service's pools have them.
         admin = PulsarAdminClient(
-            settings.pulsar_admin_url, token, settings.admin_timeout_seconds, settings.admin_max_redirects
+            settings.pulsar_admin_url,
+            token,
+            settings.admin_timeout_seconds,
+            settings.admin_max_redirects,
+            max_connections=concurrency,
         )
         store = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, settings.zookeeper_timeout_seconds)
         self.admin = PulsarAdminActivities(admin)
         self.bk = BookKeeperActivities(store)
         self.offload = OffloadActivities(
-            ObjectStore(settings.s3_endpoint or None, settings.s3_region), settings.offload_bucket
+            ObjectStore(settings.s3_endpoint or None, settings.s3_region, concurrency),
+            settings.offload_bucket,
         )
         self.resubscribe_idle_seconds = resubscribe_idle_seconds
         self.resubscribed = 0

@@ -50,6 +50,9 @@ from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 
 log = logging.getLogger(__name__)
 SERVER_THREADS = 8  # requests served at once per emulated broker
+# A broker's Jetty keeps every idle keep-alive connection and takes the OS's accept backlog. cheroot keeps
+# 10 (it answers the 11th client with "Connection: close") and accepts a backlog of 5.
+ACCEPT_BACKLOG = 1024
 
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
@@ -522,7 +525,11 @@ class AdminEmulator:
             app = create_app(self.zk, broker_urls=urls, index=index, token=token, ledgers_root=ledgers_root)
             # cheroot, not werkzeug's development server: that one closes the connection after every
             # response, which a broker (Jetty) does not, and the reconnects cost both sides CPU.
-            server = WSGIServer((host, port), app, numthreads=SERVER_THREADS)
+            server = WSGIServer(
+                (host, port), app, numthreads=SERVER_THREADS, request_queue_size=ACCEPT_BACKLOG
+            )
+            # Unlimited, as Jetty; cheroot documents None for that, its annotation says int.
+            server.keep_alive_conn_limit = None  # type: ignore[assignment]
             server.prepare()  # binds, so the port is known now even when asked for port 0
             self._servers.append(server)
         urls.extend(f"http://{host}:{server.bind_addr[1]}" for server in self._servers)

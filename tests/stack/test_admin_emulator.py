@@ -200,6 +200,26 @@ def test_connections_are_kept_alive(stack: StackEndpoints) -> None:
         assert all(sock is sockets[0] for sock in sockets)
 
 
+def test_many_idle_connections_are_kept_alive(stack: StackEndpoints) -> None:
+    """The pulsar pool keeps one connection per activity thread (64 by default) open at once. A broker keeps
+    them all; cheroot by default kept 10 and closed the rest after their first response."""
+    parts = urlsplit(stack.pulsar_admin_url)
+    connections = [
+        http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10) for _ in range(30)
+    ]
+    try:
+        for round_ in range(2):
+            for index, connection in enumerate(connections):  # one at a time: the others wait idle
+                connection.request("GET", "/health")
+                response = connection.getresponse()
+                response.read()
+                assert response.status == 200
+                assert response.getheader("Connection") != "close", f"round {round_}, connection {index}"
+    finally:
+        for connection in connections:
+            connection.close()
+
+
 def test_owner_of_a_topic_is_stable_and_covers_both_brokers() -> None:
     owners = {owner_index(f"public/default/t-{i}") for i in range(50)}
     assert owners == {0, 1}
