@@ -52,8 +52,6 @@ from activities.offload import OffloadActivities  # noqa: E402
 from activities.pulsar_admin import PulsarAdminActivities  # noqa: E402
 from bench import faults  # noqa: E402
 from ledger_deletion.adapters import messaging  # noqa: E402
-from ledger_deletion.adapters.object_store import ObjectStore  # noqa: E402
-from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient  # noqa: E402
 from ledger_deletion.adapters.zookeeper import LedgerStore  # noqa: E402
 from ledger_deletion.contracts import (  # noqa: E402
     AskOwnerBrokerInput,
@@ -69,6 +67,7 @@ from ledger_deletion.errors import InvalidRequestError, PermanentError, Transien
 from ledger_deletion.formats.avro import decode_request  # noqa: E402
 from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo  # noqa: E402
 from ledger_deletion.settings import Settings  # noqa: E402
+from workers.pools import admin_client, object_store  # noqa: E402
 
 RECONSUMETIMES = "RECONSUMETIMES"
 DELAY_UNTIL = "DELAY_UNTIL_MS"
@@ -103,21 +102,12 @@ class Pip186Consumer:
         # Its own producer: ``Publisher`` has no ``deliver_after``.
         self.retry = self.client.create_producer(self.retry_topic, batching_enabled=False)
         self.dlq = messaging.Publisher(self.client, settings.dead_letter_topic)
-        # Connection pools as large as the thread pool, as the service's pools have them.
-        admin = PulsarAdminClient(
-            settings.pulsar_admin_url,
-            token,
-            settings.admin_timeout_seconds,
-            settings.admin_max_redirects,
-            max_connections=concurrency,
-        )
+        # The service's clients, with connection pools as large as this consumer's thread pool.
+        admin = admin_client(settings, concurrency)
         store = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, settings.zookeeper_timeout_seconds)
         self.admin = PulsarAdminActivities(admin)
         self.bk = BookKeeperActivities(store)
-        self.offload = OffloadActivities(
-            ObjectStore(settings.s3_endpoint or None, settings.s3_region, concurrency),
-            settings.offload_bucket,
-        )
+        self.offload = OffloadActivities(object_store(settings, concurrency), settings.offload_bucket)
         self.resubscribe_idle_seconds = resubscribe_idle_seconds
         self.resubscribed = 0
         self.handling = 0  # messages submitted and not yet acked, reconsumed or dead-lettered

@@ -65,6 +65,23 @@ def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix=name)
 
 
+def admin_client(settings: Settings, threads: int) -> PulsarAdminClient:
+    """The admin REST client, one kept-alive connection per thread that calls it."""
+    token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
+    return PulsarAdminClient(
+        settings.pulsar_admin_url,
+        token,
+        settings.admin_timeout_seconds,
+        settings.admin_max_redirects,
+        max_connections=threads,
+    )
+
+
+def object_store(settings: Settings, threads: int) -> ObjectStore:
+    """The S3 client, one pooled connection per thread that calls it."""
+    return ObjectStore(settings.s3_endpoint or None, settings.s3_region, max_connections=threads)
+
+
 def workflow_runner(settings: Settings) -> WorkflowRunner:
     """The SDK's sandbox when ``workflow_sandbox`` is set, plain worker threads otherwise (the default)."""
     if not settings.workflow_sandbox:
@@ -120,21 +137,14 @@ async def run_pools(
             host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
             offload = OffloadActivities(
-                ObjectStore(settings.s3_endpoint or None, settings.s3_region, settings.offload_concurrency),
-                settings.offload_bucket,
+                object_store(settings, settings.offload_concurrency), settings.offload_bucket
             )
             host("offload", [offload.delete_offload_segment], settings.offload_concurrency)
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
         if "pulsar" in wanted:
             token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
-            admin = PulsarAdminClient(
-                settings.pulsar_admin_url,
-                token,
-                settings.admin_timeout_seconds,
-                settings.admin_max_redirects,
-                max_connections=settings.pulsar_concurrency,
-            )
+            admin = admin_client(settings, settings.pulsar_concurrency)
             stack.callback(admin.close)
             pulsar_client = messaging.connect(settings.pulsar_url, token)
             stack.callback(pulsar_client.close)
