@@ -1,4 +1,4 @@
-"""Every pool's worker keeps the configured number of task polls open.
+"""Every pool's worker keeps the configured number of task polls open; the ack worker, the pool's slots.
 
 The SDK's default of 5 left the Temporal server idle while polls travelled to a busy worker and back
 (docs/performance.md, change 15); the pools take theirs from the settings instead.
@@ -41,3 +41,20 @@ def test_pollers_default_to_32_and_workflow_pollers_to_at_least_2() -> None:
         Settings(workflow_task_pollers=1)  # one poll cannot serve both the shared and the sticky queue
     with pytest.raises(pydantic.ValidationError):
         Settings(activity_task_pollers=0)
+
+
+async def test_the_ack_worker_runs_as_many_acks_at_once_as_the_pulsar_pool(
+    settings: Settings, temporal_client: Client
+) -> None:
+    # Every deletion ends in an ack on the ingest's own queue. With 8 slots there, acks waited ~670 ms for a
+    # slot under a backlog against ~75 ms for every other step (docs/performance.md, change 20).
+    custom = settings.with_overrides(
+        pulsar_concurrency=23,
+        topic=f"{settings.topic}-ack-slots",
+        task_queue_prefix=f"{settings.task_queue_prefix}-ack-slots",
+    )
+    async with running_pools(custom, temporal_client, pools=("pulsar",)) as running:
+        by_queue = {worker.config().get("task_queue"): worker.config() for worker in running.workers}
+        assert running.ack_queue in by_queue
+        assert by_queue[running.ack_queue].get("max_concurrent_activities") == 23
+        assert by_queue[custom.task_queue("pulsar")].get("max_concurrent_activities") == 23
