@@ -93,12 +93,11 @@ class Pip186Consumer:
         concurrency: int,
         resubscribe_idle_seconds: float = 10.0,
     ) -> None:
-        token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
         self.settings = settings
         self.retry_topic = f"{settings.topic}-RETRY"
         self.reconsume_seconds = reconsume_seconds
         self.max_reconsume = max_reconsume
-        self.client = messaging.connect(settings.pulsar_url, token)
+        self.client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
         # Its own producer: ``Publisher`` has no ``deliver_after``.
         self.retry = self.client.create_producer(self.retry_topic, batching_enabled=False)
         self.dlq = messaging.Publisher(self.client, settings.dead_letter_topic)

@@ -123,6 +123,11 @@ class Settings(BaseSettings):
     metrics_host: str = "0.0.0.0"
 
     @property
+    def pulsar_token_value(self) -> str | None:
+        """The Pulsar token in clear, for the clients that send it (``None``: no authentication)."""
+        return self.pulsar_token.get_secret_value() if self.pulsar_token else None
+
+    @property
     def dead_letter_topic(self) -> str:
         return self.dlq_topic or f"{self.topic}-DLQ"
 

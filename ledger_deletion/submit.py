@@ -44,8 +44,7 @@ class RequestPublisher:
     """Publishes requests as Avro to the deletion topic; each send is durable when it returns."""
 
     def __init__(self, settings: Settings) -> None:
-        token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
-        self._client = messaging.connect(settings.pulsar_url, token)
+        self._client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
         self._publisher = messaging.Publisher(self._client, settings.topic)
 
     def publish(self, request: PendingDeleteLedgerInfo, properties: dict[str, str] | None = None) -> str:

@@ -67,10 +67,9 @@ def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
 
 def admin_client(settings: Settings, threads: int) -> PulsarAdminClient:
     """The admin REST client, one kept-alive connection per thread that calls it."""
-    token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
     return PulsarAdminClient(
         settings.pulsar_admin_url,
-        token,
+        settings.pulsar_token_value,
         settings.admin_timeout_seconds,
         settings.admin_max_redirects,
         max_connections=threads,
@@ -143,10 +142,9 @@ async def run_pools(
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
         if "pulsar" in wanted:
-            token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
             admin = admin_client(settings, settings.pulsar_concurrency)
             stack.callback(admin.close)
-            pulsar_client = messaging.connect(settings.pulsar_url, token)
+            pulsar_client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
             stack.callback(pulsar_client.close)
             dead_letters = messaging.Publisher(pulsar_client, settings.dead_letter_topic)
             stack.callback(dead_letters.close)

@@ -91,8 +91,7 @@ def dead_letter_of(message: Any) -> DeadLetter:
 
 @contextmanager
 def _client(settings: Settings) -> Iterator[pulsar.Client]:
-    token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
-    client = messaging.connect(settings.pulsar_url, token)
+    client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
     try:
         yield client
     finally:

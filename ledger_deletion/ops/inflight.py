@@ -83,8 +83,9 @@ async def running_by_tenant(client: Client, tenant: str | None) -> Counter[str]:
 
 def subscription_backlog(settings: Settings, topics: list[str]) -> dict[str, int]:
     """Backlog of the service's subscription per topic, from the admin REST (raises when unavailable)."""
-    token = settings.pulsar_token.get_secret_value() if settings.pulsar_token else None
-    admin = PulsarAdminClient(settings.pulsar_admin_url, token, settings.admin_timeout_seconds)
+    admin = PulsarAdminClient(
+        settings.pulsar_admin_url, settings.pulsar_token_value, settings.admin_timeout_seconds
+    )
     try:
         backlog: dict[str, int] = {}
         for topic in topics:
