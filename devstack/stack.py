@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -62,6 +62,7 @@ _PIP_REQUIREMENTS = (
 )
 
 SERVICES = ("zookeeper", "s3", "pulsar", "temporal", "admin")
+PORTS_FILE = "ports.json"  # under <state_dir>/run: the ports the stack was brought up on
 
 
 def default_state_dir() -> Path:
@@ -204,9 +205,13 @@ _CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 class Stack:
     """The embedded stack rooted at ``state_dir`` (pid files, logs, data)."""
 
-    def __init__(self, state_dir: Path, ports: StackPorts = StackPorts()) -> None:  # noqa: B008 - frozen
+    def __init__(self, state_dir: Path, ports: StackPorts | None = None) -> None:
         self.state_dir = Path(state_dir).expanduser().resolve()
-        self.ports = ports
+        # Without ports: the ones this state dir was last brought up on (a test or benchmark stack on its own
+        # ports), else the defaults. A pid file only counts where its process names this stack's port, so
+        # ``stack down --state-dir`` on the default ports would forget the S3 server and the admin emulator
+        # of a stack on other ports and leave them running.
+        self.ports = ports or recorded_ports(self.state_dir) or StackPorts()
 
     # --- public API ----------------------------------------------------------------------------------------
 
@@ -226,6 +231,7 @@ class Stack:
         began = time.monotonic()
         self._make_dirs()
         with self._locked():
+            self._record_ports()
             if install:
                 ensure_installed()
             services = self._services()
@@ -431,6 +437,22 @@ class Stack:
         return [zookeeper, s3, pulsar, temporal, admin]
 
     # --- processes -----------------------------------------------------------------------------------------
+
+    def _ports_file(self) -> Path:
+        return self.state_dir / "run" / PORTS_FILE
+
+    def _record_ports(self) -> None:
+        """Remember this stack's ports, refusing to move a stack that still runs on other ones."""
+        recorded = recorded_ports(self.state_dir)
+        if recorded is not None and recorded != self.ports:
+            there = Stack(self.state_dir, recorded)
+            running = [s.name for s in there._services() if there._pid(s) is not None]
+            if running:
+                raise StackError(
+                    f"{self.state_dir} runs {', '.join(running)} on other ports ({recorded}); "
+                    f"stop it first: ledger-deletion stack down --state-dir {self.state_dir}"
+                )
+        self._ports_file().write_text(json.dumps(asdict(self.ports)) + "\n")
 
     def _make_dirs(self) -> None:
         for sub in ("run", "logs", "data", "data/zookeeper"):
@@ -838,6 +860,14 @@ def _ensure_bucket(endpoints: StackEndpoints) -> None:
 
 
 # --- process helpers -------------------------------------------------------------------------------------
+
+
+def recorded_ports(state_dir: Path) -> StackPorts | None:
+    """The ports ``up`` last recorded under ``state_dir``; None if there are none (or they are unreadable)."""
+    try:
+        return StackPorts(**json.loads((Path(state_dir) / "run" / PORTS_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _read_pid(pid_file: Path) -> int | None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import shlex
+import subprocess
+import sys
 import tomllib
+from dataclasses import asdict
 from pathlib import Path
 
 import pulsar
@@ -12,7 +16,16 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import ListTaskQueuePartitionsRequest
 from temporalio.client import Client
 
-from devstack.stack import _PIP_REQUIREMENTS, SERVICES, Stack, StackEndpoints, StackPorts, default_state_dir
+from devstack.stack import (
+    _PIP_REQUIREMENTS,
+    SERVICES,
+    Stack,
+    StackEndpoints,
+    StackError,
+    StackPorts,
+    default_state_dir,
+    recorded_ports,
+)
 from ledger_deletion.settings import DEFAULT_TOPIC, Settings
 
 
@@ -76,3 +89,54 @@ def test_self_install_covers_the_stack_extra() -> None:
     """``Stack.up`` installs what is missing from the ``stack`` extra: the two lists must not drift apart."""
     extra = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     assert sorted(_PIP_REQUIREMENTS) == sorted(extra["optional-dependencies"]["stack"])
+
+
+# A stack on ports of its own (tests, benchmarks): far from every stack this suite or a benchmark runs.
+_OTHER_PORTS = StackPorts(
+    temporal=27233, temporal_ui=27234, pulsar=27650, zookeeper=27181, s3=27900, admin=27080, admin_owner=27081
+)
+
+
+def _stand_in(state_dir: Path, service: str, *markers: str) -> subprocess.Popen[bytes]:
+    """A sleeping process whose command line carries ``service``'s markers, recorded as that service's pid."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", *markers], start_new_session=True
+    )
+    (state_dir / "run").mkdir(parents=True, exist_ok=True)
+    (state_dir / "run" / f"{service}.pid").write_text(f"{proc.pid}\n")
+    return proc
+
+
+def test_down_finds_a_stack_on_other_ports_from_its_state_dir(tmp_path: Path) -> None:
+    """``stack down --state-dir`` (no ports given) stops the S3 server of a stack up on other ports."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
+    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
+    try:
+        assert Stack(tmp_path).ports == _OTHER_PORTS
+        assert Stack(tmp_path).down(timeout=5) == ["s3"]
+        assert s3.wait(timeout=5) is not None
+    finally:
+        s3.kill()
+        s3.wait()
+
+
+def test_up_refuses_to_move_a_running_stack_to_other_ports(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
+    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
+    try:
+        with pytest.raises(StackError, match="runs s3 on other ports"):
+            Stack(tmp_path, StackPorts()).up(install=False, timeout=1)
+        assert s3.poll() is None  # left alone, and still recorded
+        assert recorded_ports(tmp_path) == _OTHER_PORTS
+    finally:
+        s3.kill()
+        s3.wait()
+
+
+def test_state_dir_without_recorded_ports_means_the_defaults(tmp_path: Path) -> None:
+    assert Stack(tmp_path).ports == StackPorts()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ports.json").write_text("not json")
+    assert Stack(tmp_path).ports == StackPorts()
