@@ -14,7 +14,13 @@ and prints the dev server's CPU milliseconds per workflow (from /proc) for each:
   the acks, as runs did until 2026-11-23);
 * ``upsert-last`` — the same upsert in the workflow task that completes the run;
 * ``deletion`` — ``attrs`` and ``upsert-last``, as the deletion workflow runs now;
-* ``all`` — ``signal``, ``attrs`` and ``upsert``, as it ran before.
+* ``all`` — ``signal``, ``attrs`` and ``upsert``, as it ran before;
+* ``split`` — ``plain`` with one of the two parallel activities finishing ``--split-ms`` after the other, as
+  a deletion's verify (ZooKeeper) usually finishes before its check topic (admin REST): the two results
+  then wake the workflow in two workflow tasks, the first of them empty;
+* ``bytes`` — ``plain`` with payloads as large as a deletion's: a start input of ``--input-bytes`` and
+  activity inputs of ``--activity-bytes`` (the request, its policy and the activity header), so what the
+  bytes alone cost can be told apart from the attributes.
 
 The server's cost per workflow drifts up as its database grows (+60 % over a few thousand workflows):
 ``--fresh`` restarts it on an empty database before every run, which makes the variants comparable.
@@ -41,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from temporalio import workflow  # noqa: E402
+from temporalio import activity, workflow  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.common import TypedSearchAttributes  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
@@ -53,12 +59,25 @@ from ledger_deletion import search_attributes as sa  # noqa: E402
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
 from workers.ingest import search_attributes_for  # noqa: E402
 
-VARIANTS = ("plain", "signal", "attrs", "upsert", "upsert-last", "deletion", "all")
+VARIANTS = ("plain", "signal", "attrs", "upsert", "upsert-last", "deletion", "all", "split", "bytes")
 WITH_ATTRIBUTES = ("attrs", "deletion", "all")
 WITH_START_SIGNAL = ("signal", "all")
 UPSERT_BEFORE_LAST_ACTIVITY = ("upsert", "all")
 UPSERT_AT_COMPLETION = ("upsert-last", "deletion")
+WITH_BYTES = ("bytes",)
+WITH_SPLIT = ("split",)
 ACTIVITIES = 5
+
+
+@activity.defn(name="late_noop")
+def late_noop(step: int, delay_ms: int) -> int:
+    time.sleep(delay_ms / 1000)
+    return step
+
+
+@activity.defn(name="echo_length")
+def echo_length(padding: str) -> int:
+    return len(padding)
 
 
 @workflow.defn(name="ServerCost")
@@ -71,8 +90,30 @@ class ServerCostWorkflow:
         self.messages.append(ref)
 
     @workflow.run
-    async def run(self, queue: str, upsert_before_last: bool, upsert_at_completion: bool) -> int:
+    async def run(
+        self,
+        queue: str,
+        upsert_before_last: bool,
+        upsert_at_completion: bool,
+        padding: str = "",
+        activity_bytes: int = 0,
+        split_ms: int = 0,
+    ) -> int:
         def call(step: int) -> Any:
+            if split_ms and step == 1:
+                return workflow.execute_activity(
+                    late_noop,
+                    args=[step, split_ms],
+                    task_queue=queue,
+                    start_to_close_timeout=timedelta(seconds=60),
+                )
+            if activity_bytes:
+                return workflow.execute_activity(
+                    echo_length,
+                    padding[:activity_bytes],
+                    task_queue=queue,
+                    start_to_close_timeout=timedelta(seconds=60),
+                )
             return workflow.execute_activity(
                 noop, step, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
             )
@@ -120,7 +161,7 @@ async def variant_workers(client: Client, queue: str, concurrency: int) -> Async
             Worker(
                 client,
                 task_queue=f"{queue}-activities",
-                activities=[noop],
+                activities=[noop, late_noop, echo_length],
                 activity_executor=executor,
                 max_concurrent_activities=concurrency,
             ),
@@ -128,8 +169,12 @@ async def variant_workers(client: Client, queue: str, concurrency: int) -> Async
             yield
 
 
-async def run_variant(client: Client, queue: str, variant: str, n: int, inflight: int) -> None:
+async def run_variant(
+    client: Client, queue: str, variant: str, n: int, inflight: int, sizes: tuple[int, int], split_ms: int
+) -> None:
+    input_bytes, activity_bytes = sizes
     limit = asyncio.Semaphore(inflight)
+    sized = variant in WITH_BYTES
 
     async def one(index: int) -> None:
         options: dict[str, Any] = {}
@@ -144,6 +189,10 @@ async def run_variant(client: Client, queue: str, variant: str, n: int, inflight
                     f"{queue}-activities",
                     variant in UPSERT_BEFORE_LAST_ACTIVITY,
                     variant in UPSERT_AT_COMPLETION,
+                    # JSON-encoded, a string of x's is as many bytes as characters.
+                    "x" * input_bytes if sized else "",
+                    activity_bytes if sized else 0,
+                    split_ms if variant in WITH_SPLIT else 0,
                 ],
                 id=f"{queue}/{variant}/{index}/{uuid.uuid4().hex[:6]}",
                 task_queue=queue,
@@ -176,7 +225,8 @@ async def main_async(args: argparse.Namespace) -> None:
             assert server is not None
             async with variant_workers(client, queue, concurrency=64):
                 before, began = cpu_seconds(server), time.monotonic()
-                await run_variant(client, queue, variant, args.n, args.inflight)
+                sizes = (args.input_bytes, args.activity_bytes)
+                await run_variant(client, queue, variant, args.n, args.inflight, sizes, args.split_ms)
                 per_wf = (cpu_seconds(server) - before) * 1000 / args.n
             costs[variant].append(per_wf)
             rate = args.n / (time.monotonic() - began)
@@ -199,6 +249,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--inflight", type=int, default=100)
+    # A deletion's start input is ~1.6 KB (request, policy, first message) and its activity inputs with
+    # their header ~420 B on average (docs/performance.md).
+    parser.add_argument("--input-bytes", type=int, default=1600, help="start input of the bytes variant")
+    parser.add_argument("--split-ms", type=int, default=300, help="the split variant's late activity")
+    parser.add_argument("--activity-bytes", type=int, default=420, help="activity inputs, bytes variant")
     # Its own stack, so a benchmark running on 23xxx is not disturbed (nor its database emptied).
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-server-cost-stack"))
     parser.add_argument("--port-base", type=int, default=26000)
