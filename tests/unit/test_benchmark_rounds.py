@@ -9,7 +9,15 @@ from bench.benchmark import AResult, CResult, Round, a_over_c, print_table
 
 
 def _a(rate: float, **checks: Any) -> AResult:
-    return AResult(n=1000, seconds=1000 / rate, rate=rate, steady_rate=rate + 1, events_happy=31.5, **checks)
+    return AResult(
+        n=1000,
+        seconds=1000 / rate,
+        rate=rate,
+        steady_rate=rate + 1,
+        events_happy=31.5,
+        servers_cpu={"temporal": 36.4, "zookeeper": 3.0},
+        **checks,
+    )
 
 
 def _c(rate: float) -> CResult:
@@ -21,7 +29,7 @@ def _c(rate: float) -> CResult:
         rate=rate,
         steady_rate=rate + 1,
         procs={},
-        servers_cpu={},
+        servers_cpu={"temporal": 33.9},
     )
 
 
@@ -64,8 +72,10 @@ def test_several_rounds_report_the_median_and_each_round() -> None:
     table = print_table(report)
     assert table.splitlines()[-1].startswith("A/B=nan A/C=0.90 ")
     assert "A/C below is the median of 3 rounds" in table
-    rows = [line.split() for line in table.splitlines() if line[:1] in "123" and len(line.split()) == 7]
+    rows = [line.split() for line in table.splitlines() if line[:1] in "123" and len(line.split()) == 8]
     assert [row[5] for row in rows] == ["0.80", "0.94", "0.90"]
+    # The server's CPU per deletion and per trivial workflow, which the ratio mostly follows.
+    assert [row[6] for row in rows] == ["36.4/33.9"] * 3
 
 
 def test_a_round_shows_what_went_wrong_in_it() -> None:
