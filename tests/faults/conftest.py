@@ -24,6 +24,7 @@ from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
 from devstack.stack import (
     DUMMY_AWS_CREDENTIALS,
     S3_REGION,
+    SERVICES,
     Stack,
     StackEndpoints,
     StackPorts,
@@ -45,15 +46,20 @@ PROXY_PORT = 24901
 
 
 @pytest.fixture(scope="session")
-def fault_stack() -> Stack:
+def fault_stack() -> Iterator[Stack]:
     state_dir = Path(
         os.environ.get("LEDGER_DELETION_FAULTS_STACK_DIR", str(default_state_dir().with_name("faults-stack")))
     )
     stack = Stack(state_dir, FAULT_PORTS)
+    was_running = any(stack.pid(service) is not None for service in SERVICES)
     stack.up()
     for name, value in {**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION}.items():
         os.environ.setdefault(name, value)
-    return stack
+    yield stack
+    # A second whole stack (a JVM, a Temporal server, ...) has no use once the session ends; one that was
+    # already running (a developer iterating on these tests) is left as it was found.
+    if not was_running:
+        stack.down()
 
 
 @pytest.fixture(scope="session")
