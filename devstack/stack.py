@@ -276,8 +276,12 @@ class Stack:
         """
         stopped: list[str] = []
         with self._locked():
-            for service in reversed(self._services()):
-                if self._stop(service, timeout):
+            # What this state dir started, on the ports it recorded: a caller that names other ports (a
+            # benchmark moved with --port-base) must not lose track of the services still running.
+            recorded = recorded_ports(self.state_dir)
+            started_here = Stack(self.state_dir, recorded) if recorded not in (None, self.ports) else self
+            for service in reversed(started_here._services()):
+                if started_here._stop(service, timeout):
                     stopped.append(service.name)
         return stopped
 

@@ -121,6 +121,19 @@ def test_down_finds_a_stack_on_other_ports_from_its_state_dir(tmp_path: Path) ->
         s3.wait()
 
 
+def test_down_stops_what_was_started_whatever_ports_the_caller_names(tmp_path: Path) -> None:
+    """A benchmark moved to other ports first stops its old stack: the S3 server on the old port goes too."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
+    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
+    try:
+        assert Stack(tmp_path, StackPorts()).down(timeout=5) == ["s3"]
+        assert s3.wait(timeout=5) is not None
+    finally:
+        s3.kill()
+        s3.wait()
+
+
 def test_up_refuses_to_move_a_running_stack_to_other_ports(tmp_path: Path) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
