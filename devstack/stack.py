@@ -278,8 +278,7 @@ class Stack:
         with self._locked():
             # What this state dir started, on the ports it recorded: a caller that names other ports (a
             # benchmark moved with --port-base) must not lose track of the services still running.
-            recorded = recorded_ports(self.state_dir)
-            started_here = Stack(self.state_dir, recorded) if recorded not in (None, self.ports) else self
+            started_here = self._as_recorded()
             for service in reversed(started_here._services()):
                 if started_here._stop(service, timeout):
                     stopped.append(service.name)
@@ -442,21 +441,22 @@ class Stack:
 
     # --- processes -----------------------------------------------------------------------------------------
 
-    def _ports_file(self) -> Path:
-        return self.state_dir / "run" / PORTS_FILE
+    def _as_recorded(self) -> Stack:
+        """This stack on the ports its state dir last recorded (itself when they are the same, or none)."""
+        recorded = recorded_ports(self.state_dir)
+        return Stack(self.state_dir, recorded) if recorded not in (None, self.ports) else self
 
     def _record_ports(self) -> None:
         """Remember this stack's ports, refusing to move a stack that still runs on other ones."""
-        recorded = recorded_ports(self.state_dir)
-        if recorded is not None and recorded != self.ports:
-            there = Stack(self.state_dir, recorded)
+        there = self._as_recorded()
+        if there is not self:
             running = [s.name for s in there._services() if there._pid(s) is not None]
             if running:
                 raise StackError(
-                    f"{self.state_dir} runs {', '.join(running)} on other ports ({recorded}); "
+                    f"{self.state_dir} runs {', '.join(running)} on other ports ({there.ports}); "
                     f"stop it first: ledger-deletion stack down --state-dir {self.state_dir}"
                 )
-        self._ports_file().write_text(json.dumps(asdict(self.ports)) + "\n")
+        _ports_file(self.state_dir).write_text(json.dumps(asdict(self.ports)) + "\n")
 
     def _make_dirs(self) -> None:
         for sub in ("run", "logs", "data", "data/zookeeper"):
@@ -866,10 +866,14 @@ def _ensure_bucket(endpoints: StackEndpoints) -> None:
 # --- process helpers -------------------------------------------------------------------------------------
 
 
+def _ports_file(state_dir: Path) -> Path:
+    return Path(state_dir) / "run" / PORTS_FILE
+
+
 def recorded_ports(state_dir: Path) -> StackPorts | None:
     """The ports ``up`` last recorded under ``state_dir``; None if there are none (or they are unreadable)."""
     try:
-        return StackPorts(**json.loads((Path(state_dir) / "run" / PORTS_FILE).read_text()))
+        return StackPorts(**json.loads(_ports_file(state_dir).read_text()))
     except (OSError, ValueError, TypeError):
         return None
 

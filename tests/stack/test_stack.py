@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from temporalio.client import Client
 
 from devstack.stack import (
     _PIP_REQUIREMENTS,
+    PORTS_FILE,
     SERVICES,
     Stack,
     StackEndpoints,
@@ -97,59 +99,52 @@ _OTHER_PORTS = StackPorts(
 )
 
 
-def _stand_in(state_dir: Path, service: str, *markers: str) -> subprocess.Popen[bytes]:
-    """A sleeping process whose command line carries ``service``'s markers, recorded as that service's pid."""
+@pytest.fixture
+def s3_on_other_ports(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``tmp_path`` as the state dir of a stack up on other ports, its S3 server a sleeping stand-in.
+
+    The stand-in's command line carries the markers by which the stack knows its S3 server's pid file.
+    """
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / PORTS_FILE).write_text(json.dumps(asdict(_OTHER_PORTS)))
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", *markers], start_new_session=True
+        [sys.executable, "-c", "import time; time.sleep(120)", "moto.server", str(_OTHER_PORTS.s3)],
+        start_new_session=True,
     )
-    (state_dir / "run").mkdir(parents=True, exist_ok=True)
-    (state_dir / "run" / f"{service}.pid").write_text(f"{proc.pid}\n")
-    return proc
+    (tmp_path / "run" / "s3.pid").write_text(f"{proc.pid}\n")
+    yield proc
+    proc.kill()
+    proc.wait()
 
 
-def test_down_finds_a_stack_on_other_ports_from_its_state_dir(tmp_path: Path) -> None:
+def test_down_finds_a_stack_on_other_ports_from_its_state_dir(
+    tmp_path: Path, s3_on_other_ports: subprocess.Popen[bytes]
+) -> None:
     """``stack down --state-dir`` (no ports given) stops the S3 server of a stack up on other ports."""
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
-    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
-    try:
-        assert Stack(tmp_path).ports == _OTHER_PORTS
-        assert Stack(tmp_path).down(timeout=5) == ["s3"]
-        assert s3.wait(timeout=5) is not None
-    finally:
-        s3.kill()
-        s3.wait()
+    assert Stack(tmp_path).ports == _OTHER_PORTS
+    assert Stack(tmp_path).down(timeout=5) == ["s3"]
+    assert s3_on_other_ports.wait(timeout=5) is not None
 
 
-def test_down_stops_what_was_started_whatever_ports_the_caller_names(tmp_path: Path) -> None:
+def test_down_stops_what_was_started_whatever_ports_the_caller_names(
+    tmp_path: Path, s3_on_other_ports: subprocess.Popen[bytes]
+) -> None:
     """A benchmark moved to other ports first stops its old stack: the S3 server on the old port goes too."""
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
-    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
-    try:
-        assert Stack(tmp_path, StackPorts()).down(timeout=5) == ["s3"]
-        assert s3.wait(timeout=5) is not None
-    finally:
-        s3.kill()
-        s3.wait()
+    assert Stack(tmp_path, StackPorts()).down(timeout=5) == ["s3"]
+    assert s3_on_other_ports.wait(timeout=5) is not None
 
 
-def test_up_refuses_to_move_a_running_stack_to_other_ports(tmp_path: Path) -> None:
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "ports.json").write_text(json.dumps(asdict(_OTHER_PORTS)))
-    s3 = _stand_in(tmp_path, "s3", "moto.server", str(_OTHER_PORTS.s3))
-    try:
-        with pytest.raises(StackError, match="runs s3 on other ports"):
-            Stack(tmp_path, StackPorts()).up(install=False, timeout=1)
-        assert s3.poll() is None  # left alone, and still recorded
-        assert recorded_ports(tmp_path) == _OTHER_PORTS
-    finally:
-        s3.kill()
-        s3.wait()
+def test_up_refuses_to_move_a_running_stack_to_other_ports(
+    tmp_path: Path, s3_on_other_ports: subprocess.Popen[bytes]
+) -> None:
+    with pytest.raises(StackError, match="runs s3 on other ports"):
+        Stack(tmp_path, StackPorts()).up(install=False, timeout=1)
+    assert s3_on_other_ports.poll() is None  # left alone, and still recorded
+    assert recorded_ports(tmp_path) == _OTHER_PORTS
 
 
 def test_state_dir_without_recorded_ports_means_the_defaults(tmp_path: Path) -> None:
     assert Stack(tmp_path).ports == StackPorts()
     (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "ports.json").write_text("not json")
+    (tmp_path / "run" / PORTS_FILE).write_text("not json")
     assert Stack(tmp_path).ports == StackPorts()
