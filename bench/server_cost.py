@@ -100,22 +100,17 @@ class ServerCostWorkflow:
         split_ms: int = 0,
     ) -> int:
         def call(step: int) -> Any:
+            # Which no-op, and with what input, is all that tells the variants' activities apart.
+            chosen: tuple[Any, list[Any]]
             if split_ms and step == 1:
-                return workflow.execute_activity(
-                    late_noop,
-                    args=[step, split_ms],
-                    task_queue=queue,
-                    start_to_close_timeout=timedelta(seconds=60),
-                )
-            if activity_bytes:
-                return workflow.execute_activity(
-                    echo_length,
-                    padding[:activity_bytes],
-                    task_queue=queue,
-                    start_to_close_timeout=timedelta(seconds=60),
-                )
+                chosen = late_noop, [step, split_ms]
+            elif activity_bytes:
+                chosen = echo_length, [padding[:activity_bytes]]
+            else:
+                chosen = noop, [step]
+            fn, args = chosen
             return workflow.execute_activity(
-                noop, step, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
+                fn, args=args, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
             )
 
         await asyncio.gather(call(0), call(1))
