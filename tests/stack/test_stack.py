@@ -6,6 +6,7 @@ import json
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -111,6 +112,12 @@ def s3_on_other_ports(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
         [sys.executable, "-c", "import time; time.sleep(120)", "moto.server", str(_OTHER_PORTS.s3)],
         start_new_session=True,
     )
+    # Popen returns a moment before /proc/<pid>/cmdline shows the new argv (devstack.stack._pid says why);
+    # a stack that reads it then takes the stand-in for someone else's process (seen once in CI).
+    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    deadline = time.monotonic() + 10
+    while b"moto.server" not in cmdline.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.01)
     (tmp_path / "run" / "s3.pid").write_text(f"{proc.pid}\n")
     yield proc
     proc.kill()
