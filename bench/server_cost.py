@@ -101,14 +101,14 @@ class ServerCostWorkflow:
     ) -> int:
         def call(step: int) -> Any:
             # Which no-op, and with what input, is all that tells the variants' activities apart.
-            chosen: tuple[Any, list[Any]]
+            fn: Any
+            args: list[Any]
             if split_ms and step == 1:
-                chosen = late_noop, [step, split_ms]
+                fn, args = late_noop, [step, split_ms]
             elif activity_bytes:
-                chosen = echo_length, [padding[:activity_bytes]]
+                fn, args = echo_length, [padding[:activity_bytes]]
             else:
-                chosen = noop, [step]
-            fn, args = chosen
+                fn, args = noop, [step]
             return workflow.execute_activity(
                 fn, args=args, task_queue=queue, start_to_close_timeout=timedelta(seconds=60)
             )

@@ -26,6 +26,7 @@ from devstack.stack import (
     StackEndpoints,
     StackError,
     StackPorts,
+    _cmdline_matches,
     default_state_dir,
     recorded_ports,
 )
@@ -100,6 +101,10 @@ _OTHER_PORTS = StackPorts(
 )
 
 
+# What the stack looks for in its S3 server's command line on those ports.
+S3_MARKERS = ("moto.server", str(_OTHER_PORTS.s3))
+
+
 @pytest.fixture
 def s3_on_other_ports(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``tmp_path`` as the state dir of a stack up on other ports, its S3 server a sleeping stand-in.
@@ -109,14 +114,14 @@ def s3_on_other_ports(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / PORTS_FILE).write_text(json.dumps(asdict(_OTHER_PORTS)))
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(120)", "moto.server", str(_OTHER_PORTS.s3)],
+        [sys.executable, "-c", "import time; time.sleep(120)", *S3_MARKERS],
         start_new_session=True,
     )
     # Popen returns a moment before /proc/<pid>/cmdline shows the new argv (devstack.stack._pid says why);
-    # a stack that reads it then takes the stand-in for someone else's process (seen once in CI).
-    cmdline = Path(f"/proc/{proc.pid}/cmdline")
+    # a stack that reads it then takes the stand-in for someone else's process (seen once in CI). Wait on the
+    # very check the stack makes.
     deadline = time.monotonic() + 10
-    while b"moto.server" not in cmdline.read_bytes() and time.monotonic() < deadline:
+    while not _cmdline_matches(proc.pid, S3_MARKERS) and time.monotonic() < deadline:
         time.sleep(0.01)
     (tmp_path / "run" / "s3.pid").write_text(f"{proc.pid}\n")
     yield proc
