@@ -33,8 +33,8 @@ from flask import Flask, Response, jsonify, request
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry
 
+from ledger_deletion.adapters.zookeeper import kazoo_client
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
 from ledger_deletion.formats.bk_paths import DEFAULT_LEDGERS_ROOT, ledger_path
@@ -509,9 +509,7 @@ class AdminEmulator:
     ) -> None:
         # Retry the connection forever: the stack starts ZooKeeper and the emulator at the same time, and
         # /health reports 503 until the session is up.
-        self.zk = KazooClient(
-            hosts=zookeeper, timeout=10.0, connection_retry=KazooRetry(max_tries=-1, max_delay=2.0)
-        )
+        self.zk = kazoo_client(zookeeper, 10.0)
         self.urls: list[str] = []
         self._servers: list[WSGIServer] = []
         self._threads: list[threading.Thread] = []

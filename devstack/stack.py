@@ -159,9 +159,11 @@ class StackEndpoints:
 
     def zookeeper_client(self, timeout: float = 10.0) -> KazooClient:
         """A started kazoo client for the stack's ZooKeeper; the caller stops and closes it."""
-        from kazoo.client import KazooClient
+        from ledger_deletion.adapters.zookeeper import kazoo_client
 
-        zk = KazooClient(hosts=self.zookeeper, timeout=timeout)
+        # The product's reconnect policy: fault tests stop ZooKeeper, and a test's own client must be back on
+        # its session as soon as the pools' clients are.
+        zk = kazoo_client(self.zookeeper, timeout)
         zk.start(timeout=timeout)
         return zk
 

@@ -23,9 +23,29 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
 
 from ledger_deletion.errors import AuthorizationError, ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
+
+# kazoo's default reconnect backoff doubles without a useful cap (max_delay 3600 s): after a ZooKeeper outage
+# of T seconds the next attempt can come up to ~T seconds after the server is back. The server gives restored
+# sessions one session timeout to reconnect, so a late client loses its session and every request queued
+# meanwhile fails with SessionExpiredError. Retrying at least once a second keeps the session and resumes work
+# as soon as ZooKeeper answers.
+RECONNECT_MAX_DELAY_SECONDS = 1.0
+
+
+def kazoo_client(
+    hosts: str, timeout_seconds: float, auth_data: list[tuple[str, str]] | None = None
+) -> KazooClient:
+    """An unstarted kazoo client that reconnects forever, at least once every RECONNECT_MAX_DELAY_SECONDS."""
+    return KazooClient(
+        hosts=hosts,
+        timeout=timeout_seconds,
+        auth_data=auth_data,
+        connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_SECONDS),
+    )
 
 
 @dataclass(frozen=True)
@@ -112,7 +132,7 @@ class LedgerStore:
         with self._lock:
             if self._client is None:
                 auth = [("digest", self.digest)] if self.digest else None
-                client = KazooClient(hosts=self.hosts, timeout=self.timeout_seconds, auth_data=auth)
+                client = kazoo_client(self.hosts, self.timeout_seconds, auth)
                 try:
                     client.start(timeout=self.timeout_seconds)
                 except KazooTimeoutError as exc:
