@@ -1,10 +1,10 @@
 """The ledger store's ZooKeeper client keeps trying to connect at least about once a second.
 
-kazoo's default backoff doubles up to an hour: after a ZooKeeper outage of T seconds its next attempt could come
-~T seconds after the server is back, past the session timeout the server allows a restored session, and every
-request queued meanwhile then fails with SessionExpiredError (a CI run of the ZooKeeper-outage fault test did).
-Here a listener that accepts and drops every connection stands for an unreachable ZooKeeper, and records when
-each attempt arrives.
+kazoo's default backoff doubles up to an hour: after a ZooKeeper outage of T seconds its next attempt
+could come ~T seconds after the server is back, past the session timeout the server allows a restored
+session, and every request queued meanwhile then fails with SessionExpiredError (a CI run of the
+ZooKeeper-outage fault test did). Here a listener that accepts and drops every connection stands for an
+unreachable ZooKeeper, and records when each attempt arrives.
 """
 
 from __future__ import annotations
