@@ -31,15 +31,15 @@ from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 # kazoo's default reconnect backoff doubles without a useful cap (max_delay 3600 s): after a ZooKeeper outage
 # of T seconds the next attempt can come up to ~T seconds after the server is back. The server gives restored
 # sessions one session timeout to reconnect, so a late client loses its session and every request queued
-# meanwhile fails with SessionExpiredError. Retrying at least once a second keeps the session and resumes work
-# as soon as ZooKeeper answers.
+# meanwhile fails with SessionExpiredError. Retrying about once a second (plus kazoo's jitter of up to 0.4 s)
+# keeps the session and resumes work as soon as ZooKeeper answers.
 RECONNECT_MAX_DELAY_SECONDS = 1.0
 
 
 def kazoo_client(
     hosts: str, timeout_seconds: float, auth_data: list[tuple[str, str]] | None = None
 ) -> KazooClient:
-    """An unstarted kazoo client that reconnects forever, at least once every RECONNECT_MAX_DELAY_SECONDS."""
+    """An unstarted kazoo client that reconnects forever, never pausing long (see the comment above)."""
     return KazooClient(
         hosts=hosts,
         timeout=timeout_seconds,
