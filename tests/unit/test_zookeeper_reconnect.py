@@ -9,6 +9,7 @@ unreachable ZooKeeper, and records when each attempt arrives.
 
 from __future__ import annotations
 
+import itertools
 import socket
 import threading
 import time
@@ -54,6 +55,6 @@ def test_connection_attempts_never_pause_longer_than_the_reconnect_cap() -> None
         store.close()
 
     points = [began, *attempts, ended]
-    gaps = [later - earlier for earlier, later in zip(points, points[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(points)]
     assert len(attempts) >= 7, f"only {len(attempts)} connection attempts in {ended - began:.1f} s"
     assert max(gaps) < ALLOWED_GAP_SECONDS, f"longest pause between attempts {max(gaps):.1f} s: {gaps}"

@@ -10,12 +10,11 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from pathlib import Path
 
 from kazoo.client import KazooClient
 
 from devstack.faults import ServiceControl
-from devstack.stack import Stack
+from devstack.stack import Stack, default_state_dir
 from ledger_deletion.adapters.zookeeper import kazoo_client
 
 
@@ -31,7 +30,7 @@ def first_request_ok(client: KazooClient, at: dict[str, float], name: str) -> No
 
 
 def main() -> None:
-    stack = Stack(Path("~/.local/state/ledger-deletion/stack"))
+    stack = Stack(default_state_dir())
     stack.up(install=False)
     hosts = stack.endpoints().zookeeper
     services = ServiceControl(stack)
