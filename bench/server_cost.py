@@ -52,7 +52,7 @@ from temporalio.client import Client  # noqa: E402
 from temporalio.common import TypedSearchAttributes  # noqa: E402
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
-from bench.benchmark import bench_ports, cpu_seconds, restart_temporal_empty  # noqa: E402
+from bench.processes import bench_ports, cpu_seconds, restart_temporal_empty  # noqa: E402
 from bench.trivial import noop  # noqa: E402
 from devstack.stack import Stack  # noqa: E402
 from ledger_deletion import search_attributes as sa  # noqa: E402
@@ -67,6 +67,11 @@ UPSERT_AT_COMPLETION = ("upsert-last", "deletion")
 WITH_BYTES = ("bytes",)
 WITH_SPLIT = ("split",)
 ACTIVITIES = 5
+# A deletion's start input is ~1.6 KB (request, policy, first message) and its activity inputs with their
+# header ~420 B on average (docs/performance.md): the bytes variant's sizes unless told otherwise.
+DEFAULT_INPUT_BYTES = 1600
+DEFAULT_ACTIVITY_BYTES = 420
+DEFAULT_SPLIT_MS = 300  # how much later the split variant's second parallel activity finishes
 
 
 @activity.defn(name="late_noop")
@@ -165,7 +170,13 @@ async def variant_workers(client: Client, queue: str, concurrency: int) -> Async
 
 
 async def run_variant(
-    client: Client, queue: str, variant: str, n: int, inflight: int, sizes: tuple[int, int], split_ms: int
+    client: Client,
+    queue: str,
+    variant: str,
+    n: int,
+    inflight: int,
+    sizes: tuple[int, int] = (DEFAULT_INPUT_BYTES, DEFAULT_ACTIVITY_BYTES),
+    split_ms: int = DEFAULT_SPLIT_MS,
 ) -> None:
     input_bytes, activity_bytes = sizes
     limit = asyncio.Semaphore(inflight)
@@ -244,11 +255,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--inflight", type=int, default=100)
-    # A deletion's start input is ~1.6 KB (request, policy, first message) and its activity inputs with
-    # their header ~420 B on average (docs/performance.md).
-    parser.add_argument("--input-bytes", type=int, default=1600, help="start input of the bytes variant")
-    parser.add_argument("--split-ms", type=int, default=300, help="the split variant's late activity")
-    parser.add_argument("--activity-bytes", type=int, default=420, help="activity inputs, bytes variant")
+    parser.add_argument(
+        "--input-bytes", type=int, default=DEFAULT_INPUT_BYTES, help="start input of the bytes variant"
+    )
+    parser.add_argument(
+        "--split-ms", type=int, default=DEFAULT_SPLIT_MS, help="the split variant's late activity"
+    )
+    parser.add_argument(
+        "--activity-bytes", type=int, default=DEFAULT_ACTIVITY_BYTES, help="activity inputs, bytes variant"
+    )
     # Its own stack, so a benchmark running on 23xxx is not disturbed (nor its database emptied).
     parser.add_argument("--state-dir", type=Path, default=Path("/tmp/ld-server-cost-stack"))
     parser.add_argument("--port-base", type=int, default=26000)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from bench.benchmark import AResult, CResult, Round, a_over_c, print_table
+from bench.phases import AResult, CResult
+from bench.report import Round, a_over_c, print_table
 
 
 def _a(rate: float, **checks: Any) -> AResult:

@@ -1,0 +1,155 @@
+"""The benchmark's processes: /proc accounting (CPU seconds, peak RSS, load), the child processes it starts,
+the stack's server processes, the stack's ports, and where the Temporal server runs (pinned to a core,
+restarted on an empty database)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import server_profile
+from devstack.faults import ServiceControl
+from devstack.stack import SERVICES, Stack, StackPorts
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# --- processes and /proc ---------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+
+
+def peak_rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def load_average() -> str:
+    return Path("/proc/loadavg").read_text().split(" ")[0]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    cpu_start: float = 0.0
+    cpu_s: float = 0.0
+    rss_mb: float = 0.0
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def mark(self) -> None:
+        self.cpu_start = cpu_seconds(self.pid)
+
+    def sample(self) -> None:
+        self.cpu_s = cpu_seconds(self.pid) - self.cpu_start
+        self.rss_mb = max(self.rss_mb, peak_rss_mb(self.pid))
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Proc:
+    log = logs / f"{name}.log"
+    out = open(log, "wb")  # noqa: SIM115 - the child writes to it for its whole life
+    popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    out.close()
+    return Proc(name, popen, log)
+
+
+def wait_for_line(proc: Proc, text: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in proc.log.read_text(errors="replace"):
+            return
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited ({proc.popen.returncode}); see {proc.log}")
+        time.sleep(0.2)
+    raise RuntimeError(f"{proc.name} not ready in {timeout} s; see {proc.log}")
+
+
+@dataclass
+class StackProcs:
+    """The stack's server processes (for CPU per phase; with a profile dir, perf samples of Temporal too)."""
+
+    pids: dict[str, int]
+    start: dict[str, float] = field(default_factory=dict)
+    profile_dir: Path | None = None  # --profile-server: one perf recording of the Temporal server per phase
+    recording: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def of(cls, stack: Stack, profile_dir: Path | None = None) -> StackProcs:
+        pids = {}
+        for service in SERVICES:
+            with contextlib.suppress(OSError, ValueError):
+                pids[service] = int((stack.state_dir / "run" / f"{service}.pid").read_text())
+        return cls(pids, profile_dir=profile_dir)
+
+    def mark(self, phase: str) -> None:
+        self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        if self.profile_dir is not None and "temporal" in self.pids:
+            self.recording = server_profile.record(self.pids["temporal"], self.profile_dir / f"{phase}.data")
+
+    def cpu(self) -> dict[str, float]:
+        if self.recording is not None:
+            server_profile.stop(self.recording)
+            self.recording = None
+        return {name: round(cpu_seconds(pid) - self.start.get(name, 0), 1) for name, pid in self.pids.items()}
+
+
+# --- the benchmark stack: its ports, the Temporal server's placement -------------------------------------
+
+
+def bench_ports(base: int = 23000) -> StackPorts:
+    """The benchmark stack's ports: ``base`` + the default ports' last three digits (23233, 23650 …)."""
+    return StackPorts(
+        temporal=base + 233,
+        temporal_ui=base + 234,
+        pulsar=base + 650,
+        zookeeper=base + 181,
+        s3=base + 900,
+        admin=base + 80,
+        admin_owner=base + 81,
+    )
+
+
+def pin_server(stack: Stack) -> None:
+    """The Temporal server alone on CPU 0: A and C are then bound by what one core of server can orchestrate,
+    as when the server has a machine of its own (everything else this run starts inherits CPU 1)."""
+    server = stack.pid("temporal")
+    assert server is not None, "--pin-server needs the stack started by this run (no --keep-state)"
+    for task in Path(f"/proc/{server}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {0})
+
+
+def restart_temporal_empty(stack: Stack) -> None:
+    """Stop the Temporal server, delete its database and start it again."""
+    ServiceControl(stack).stop("temporal")
+    for path in (stack.state_dir / "data").glob("temporal.db*"):
+        path.unlink()
+    ServiceControl(stack).start()

@@ -1,0 +1,141 @@
+"""The benchmark's report: A/C per round and over the rounds, and the table printed at the end of a run."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from bench.phases import AResult, CResult
+
+
+@dataclass(frozen=True)
+class Round:
+    """One pair of A and C at full rate (``--rounds``); A's checks are kept, so every round proves no loss."""
+
+    a_rate: float
+    a_steady_rate: float
+    c_rate: float
+    c_steady_rate: float
+    ratio: float
+    a_wrong: int = 0
+    a_missing: int = 0
+    a_unacked: int = -1
+    # Temporal server CPU ms per deletion / per trivial workflow: with the server the bottleneck, the
+    # round's A/C is mostly the inverse of their ratio (nan: not measured).
+    a_server_ms: float = math.nan
+    c_server_ms: float = math.nan
+
+    @classmethod
+    def of(cls, a: AResult, c: CResult) -> Round:
+        return cls(
+            a_rate=a.rate,
+            a_steady_rate=a.steady_rate,
+            c_rate=c.rate,
+            c_steady_rate=c.steady_rate,
+            ratio=a.rate / c.rate,
+            a_wrong=a.wrong + len(a.storage_problems),
+            a_missing=a.missing,
+            a_unacked=a.unacked,
+            a_server_ms=_server_ms(a.servers_cpu, a.n),
+            c_server_ms=_server_ms(c.servers_cpu, c.n),
+        )
+
+
+def _server_ms(servers_cpu: dict[str, float], workflows: int) -> float:
+    seconds = servers_cpu.get("temporal")
+    return seconds * 1000 / workflows if seconds is not None and workflows else math.nan
+
+
+def a_over_c(report: dict[str, Any]) -> float:
+    """A/C of the run: the median over ``--rounds`` pairs, or the one pair's ratio."""
+    rounds = report.get("rounds") or []
+    if rounds:
+        return float(statistics.median(r["ratio"] for r in rounds))
+    c = report.get("C")
+    return report["A"]["rate"] / c["rate"] if c else float("nan")
+
+
+def print_table(report: dict[str, Any]) -> str:
+    a, b, c = report["A"], report.get("B"), report.get("C")
+    half = report.get("A_half")
+    lines = [
+        f"N={report['n']}  run {report['run_id']}  load avg {report['load_before']} -> {report['load_after']}"
+        f"  replicas {report['replicas'] or 'one per pool'}  in-flight {report.get('inflight')}"
+        f"{'  server pinned to CPU 0' if report.get('pin_server') else ''}"
+        f"  {' '.join(report.get('settings', []))}",
+        "",
+        f"{'run':<36} {'n':>6} {'seconds':>8} {'per s':>6} {'steady':>6} "
+        f"{'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} {'ev/del':>6}",
+    ]
+
+    def row(name: str, r: dict[str, Any], events: str = "") -> None:
+        lat = " ".join(f"{r.get(k, float('nan')):>7.0f}" for k in ("p50_ms", "p95_ms", "p99_ms"))
+        lines.append(
+            f"{name:<36} {r['n']:>6} {r['seconds']:>8.1f} {r['rate']:>6.1f} {r.get('steady_rate', 0):>6.1f} "
+            f"{lat} {events:>6}"
+        )
+
+    row("A service, backlog (max rate)", a, f"{a['events_happy']:.1f}")
+    if half:
+        row(f"A service @ {half['publish_rate']:.1f}/s (half max)", half, f"{half['events_happy']:.1f}")
+    if b:
+        row("B PIP-186 consumer, backlog", b)
+        if b.get("resubscribed"):
+            lines.append(f"  (B resubscribed {b['resubscribed']}x: pulsar-lite stopped dispatching to it)")
+    if c:
+        row(f"C trivial wf, {c['activities']:.2f} activities", {**c, "p50_ms": float("nan")})
+    fa, fb = report.get("A_faults"), report.get("B_faults")
+    if fa:
+        row(f"A with {report['fault_rate']:.0%} delete faults", fa, f"{fa['events_happy']:.1f}")
+    if fb:
+        row(f"B with faults, {fb['reconsumed']} reconsumed", fb)
+    if fa and fb:
+        lines.append(
+            f"faults: A drained in {fa['seconds']:.0f} s, B in {fb['seconds']:.0f} s "
+            f"(B reconsumes after {report.get('reconsume_seconds', float('nan')):.0f} s)"
+        )
+    lines.append("")
+    lines.append("process                     cpu s   peak RSS MB")
+    for name, stats in a["procs"].items():
+        lines.append(f"  A {name:<24} {stats['cpu_s']:>6.1f} {stats['rss_mb']:>10.0f}")
+    if b:
+        lines.append(f"  B pip186 consumer          {b['cpu_s']:>6.1f} {b['rss_mb']:>10.0f}")
+    if c:
+        for name, stats in c["procs"].items():
+            lines.append(f"  C {name:<24} {stats['cpu_s']:>6.1f} {stats['rss_mb']:>10.0f}")
+    lines.append(f"  servers during A: {a['servers_cpu']}")
+    if c:
+        lines.append(f"  servers during C: {c['servers_cpu']}")
+    lines.append(
+        f"A outcomes {a['outcomes']}, wrong {a['wrong']}, missing {a.get('missing', 0)}, "
+        f"unacked {a.get('unacked', -1)}, storage problems {len(a['storage_problems'])}"
+    )
+    if b:
+        lines.append(f"B outcomes {b['outcomes']}, storage problems {len(b['storage_problems'])}")
+    if fa:
+        lines.append(f"A faults outcomes {fa['outcomes']}, storage problems {len(fa['storage_problems'])}")
+    if fb:
+        lines.append(f"B faults outcomes {fb['outcomes']}, storage problems {len(fb['storage_problems'])}")
+    rounds = report.get("rounds") or []
+    if len(rounds) > 1:
+        lines.append("")
+        lines.append(
+            f"{'round':<6} {'A/s':>6} {'steady':>6} {'C/s':>6} {'steady':>6} {'A/C':>5}"
+            f"  {'server ms A/C':>13}  A wrong/missing/unacked"
+        )
+        for index, r in enumerate(rounds, 1):
+            server = f"{r.get('a_server_ms', math.nan):.1f}/{r.get('c_server_ms', math.nan):.1f}"
+            lines.append(
+                f"{index:<6} {r['a_rate']:>6.1f} {r['a_steady_rate']:>6.1f} {r['c_rate']:>6.1f} "
+                f"{r['c_steady_rate']:>6.1f} {r['ratio']:>5.2f}  {server:>13}"
+                f"  {r['a_wrong']}/{r['a_missing']}/{r['a_unacked']}"
+            )
+        lines.append(f"A/C below is the median of {len(rounds)} rounds")
+    ab = a["rate"] / b["rate"] if b else float("nan")
+    ac = a_over_c(report)
+    p99 = (half or a)["p99_ms"]
+    lines.append("")
+    lines.append(f"A/B={ab:.2f} A/C={ac:.2f} events_per_deletion={a['events_happy']:.1f} p99_ms={p99:.0f}")
+    return "\n".join(lines)
