@@ -21,7 +21,16 @@ from temporalio.service import RPCError
 
 from bench.faults import FAULT_RATE_ENV
 from bench.mix import Seeded
-from bench.processes import ROOT, Proc, StackProcs, pin_server, restart_temporal_empty, spawn, wait_for_line
+from bench.processes import (
+    ROOT,
+    Proc,
+    StackProcs,
+    pin_server,
+    restart_temporal_empty,
+    spawn,
+    usage,
+    wait_for_line,
+)
 from bench.trivial import TRIVIAL_WORKFLOW
 from bench.worker import CONSUMER_OFFSET_ENV
 from devstack.cluster import SimulatedCluster
@@ -52,7 +61,8 @@ class Run:
     extra_env: dict[str, str] = field(default_factory=dict)  # more LEDGER_DELETION_* settings for the pools
     storage_sample: int = 2000  # ledgers/objects checked in ZooKeeper and S3 after a phase; 0 = all
 
-    def settings_env(self, phase: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def settings_env(self, phase: str, fault_rate: float = 0.0) -> dict[str, str]:
+        """The pools' environment for ``phase``; with ``fault_rate``, that share of deletes fails."""
         env = {
             **self.base_env,
             "LEDGER_DELETION_TOPIC": self.topic(phase),
@@ -67,7 +77,7 @@ class Run:
             "LEDGER_DELETION_INGEST_MAX_INFLIGHT": str(self.inflight),
             **self.extra_env,
         }
-        return {**env, **(extra or {})}
+        return {**env, FAULT_RATE_ENV: str(fault_rate)} if fault_rate else env
 
     def topic(self, phase: str) -> str:
         return f"persistent://pulsar/system/__ledger_deletion_bench_{self.run_id}_{phase}"
@@ -287,7 +297,7 @@ async def run_a(
     timeout: float | None = None,
 ) -> AResult:
     timeout = timeout or max(3600.0, len(seeded.items) / 2)  # gives up only below 2 deletions/s
-    env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
+    env = run.settings_env(phase, fault_rate)
     procs = start_pools(run, phase, replicas or {}, env, faulty=fault_rate > 0)
     try:
         for proc in procs:
@@ -334,7 +344,7 @@ async def run_a(
         missing=sum(1 for w in expected if w not in by_id),
         unacked=unacked,
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
-        procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
+        procs=usage(procs),
         servers_cpu=servers,
     )
     if sample_histories:
@@ -386,7 +396,7 @@ def run_b(
 ) -> BResult:
     # Room for every reconsume round PIP-186 allows (10) plus the work itself.
     timeout = timeout or max(3600.0, reconsume_seconds * 11 + 600)
-    env = run.settings_env(phase, {FAULT_RATE_ENV: str(fault_rate)} if fault_rate else None)
+    env = run.settings_env(phase, fault_rate)
     results = run.logs / f"{phase}-pip186.json"
     argv = [
         sys.executable,
@@ -515,7 +525,7 @@ async def run_c(
         seconds=end - began,
         rate=len(closed) / (end - began),
         steady_rate=steady_rate([c.close for c in closed]),
-        procs={p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs},
+        procs=usage(procs),
         servers_cpu=servers,
     )
 

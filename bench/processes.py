@@ -74,6 +74,11 @@ class Proc:
                 self.popen.wait()
 
 
+def usage(procs: list[Proc]) -> dict[str, dict[str, float]]:
+    """CPU seconds and peak RSS of each process, as the report keeps them."""
+    return {p.name: {"cpu_s": round(p.cpu_s, 1), "rss_mb": round(p.rss_mb)} for p in procs}
+
+
 def spawn(name: str, argv: list[str], env: dict[str, str], logs: Path) -> Proc:
     log = logs / f"{name}.log"
     out = open(log, "wb")  # noqa: SIM115 - the child writes to it for its whole life
