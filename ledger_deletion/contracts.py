@@ -60,9 +60,15 @@ class DeletionPolicy:
     in_use_rechecks: int = 3
     in_use_recheck_seconds: float = 60.0
     ack_schedule_to_start_seconds: float = 120.0
+    # Start-to-close timeouts of single steps, by step name; the others get activity_timeout_seconds. Runs
+    # started before this field existed carry an empty map and keep the one timeout they started with.
+    step_timeout_seconds: dict[str, float] = field(default_factory=dict)
 
     def retry_for(self, step: Step) -> RetrySpec:
         return self.step_retry.get(step.value, self.default_retry)
+
+    def timeout_seconds_for(self, step: Step) -> float:
+        return self.step_timeout_seconds.get(step.value, self.activity_timeout_seconds)
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from ledger_deletion.contracts import DeletionPolicy, RetrySpec
+from ledger_deletion.contracts import DeletionPolicy, RetrySpec, Step
 from ledger_deletion.settings import Settings
+
+# A step that makes one call to the admin API or to ZooKeeper ends within a few of that client's timeouts
+# (a redirect to the owner broker; a reconnect, then a get and a compare-and-delete), so it need not wait
+# out the timeout an offload delete of many objects needs: an attempt whose task or answer the server lost
+# is retried after this long instead (docs/performance.md, scale-out).
+CLIENT_TIMEOUTS_PER_STEP = 3
 
 
 def deletion_policy(settings: Settings) -> DeletionPolicy:
@@ -30,4 +36,21 @@ def deletion_policy(settings: Settings) -> DeletionPolicy:
         in_use_rechecks=settings.in_use_rechecks,
         in_use_recheck_seconds=settings.in_use_recheck_seconds,
         ack_schedule_to_start_seconds=settings.ack_schedule_to_start_seconds,
+        step_timeout_seconds=step_timeouts(settings),
     )
+
+
+def step_timeouts(settings: Settings) -> dict[str, float]:
+    """Each step's start-to-close timeout where it differs from ``activity_timeout_seconds``."""
+    client_timeouts = {
+        Step.CHECK_TOPIC: settings.admin_timeout_seconds,
+        Step.ASK_OWNER_BROKER: settings.admin_timeout_seconds,
+        Step.VERIFY_BK_METADATA: settings.zookeeper_timeout_seconds,
+        Step.DELETE_BK_LEDGER: settings.zookeeper_timeout_seconds,
+    }
+    derived = {
+        step.value: min(settings.activity_timeout_seconds, CLIENT_TIMEOUTS_PER_STEP * client_timeout)
+        for step, client_timeout in client_timeouts.items()
+    }
+    merged = derived | settings.step_timeout_seconds
+    return {step: seconds for step, seconds in merged.items() if seconds != settings.activity_timeout_seconds}

@@ -10,15 +10,37 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, Field, SecretStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    Field,
+    PositiveFloat,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger_deletion.contracts import Step
 from ledger_deletion.errors import ConfigurationError
 
 DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
 
 POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
+# Steps that take a retry override (the dead letter is retried until it is published, the ack three times)
+# and steps that take a timeout override: every activity.
+RETRIED_STEPS = frozenset(
+    s.value
+    for s in (
+        Step.CHECK_TOPIC,
+        Step.ASK_OWNER_BROKER,
+        Step.VERIFY_BK_METADATA,
+        Step.DELETE_BK_LEDGER,
+        Step.DELETE_OFFLOAD_SEGMENT,
+    )
+)
+TIMED_STEPS = RETRIED_STEPS | {Step.PUBLISH_DEAD_LETTER.value, Step.ACK_MESSAGES.value}
 COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
 
 
@@ -86,6 +108,9 @@ class Settings(BaseSettings):
     retry_max_interval_seconds: float = Field(default=600.0, gt=0)
     step_retry: dict[str, StepRetry] = Field(default_factory=dict)
     activity_timeout_seconds: float = Field(default=60.0, gt=0)
+    # Start-to-close timeouts of single steps, e.g. ``{"check_topic": 15}``. Steps left out that make one
+    # call to the admin API or ZooKeeper get three times that client's timeout (ledger_deletion.policy).
+    step_timeout_seconds: dict[str, PositiveFloat] = Field(default_factory=dict)
     in_use_rechecks: int = Field(default=3, ge=0)
     in_use_recheck_seconds: float = Field(default=60.0, ge=0)
     ack_schedule_to_start_seconds: float = Field(default=120.0, gt=0)
@@ -122,6 +147,16 @@ class Settings(BaseSettings):
     temporal_metrics_port: int = Field(default=9465, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
 
+    @field_validator("step_retry")
+    @classmethod
+    def _known_retried_steps(cls, value: dict[str, StepRetry]) -> dict[str, StepRetry]:
+        return _known_steps(value, RETRIED_STEPS)
+
+    @field_validator("step_timeout_seconds")
+    @classmethod
+    def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
+        return _known_steps(value, TIMED_STEPS)
+
     @property
     def pulsar_token_value(self) -> str | None:
         """The Pulsar token in clear, for the clients that send it (``None``: no authentication)."""
@@ -139,6 +174,14 @@ class Settings(BaseSettings):
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests, CLI flags)."""
         return self.model_copy(update=changes)
+
+
+def _known_steps(value: dict[str, Any], steps: frozenset[str]) -> dict[str, Any]:
+    """A misspelt step would otherwise be ignored without a word, and the default apply."""
+    unknown = sorted(set(value) - steps)
+    if unknown:
+        raise ValueError(f"unknown step(s) {', '.join(unknown)}; steps are {', '.join(sorted(steps))}")
+    return value
 
 
 def load_settings(**overrides: Any) -> Settings:

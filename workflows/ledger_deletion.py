@@ -250,7 +250,7 @@ class LedgerDeletionWorkflow:
             DeadLetterInput(req, reason, step, attempts, workflow.info().workflow_id),
             result_type=DeadLetterResult,
             task_queue=policy.pulsar_queue,
-            start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+            start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.PUBLISH_DEAD_LETTER)),
             retry_policy=_retry_policy(forever),
         )
 
@@ -287,7 +287,7 @@ class LedgerDeletionWorkflow:
                 # consumer and they end in a new run (every step is idempotent); if it is alive but could not
                 # poll in time, its ingest sweeper acks them once this run has completed.
                 schedule_to_start_timeout=timedelta(seconds=policy.ack_schedule_to_start_seconds),
-                start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+                start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.ACK_MESSAGES)),
                 retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
             )
             return result
@@ -305,7 +305,7 @@ class LedgerDeletionWorkflow:
                 arg,
                 result_type=result_type,
                 task_queue=queue,
-                start_to_close_timeout=timedelta(seconds=policy.activity_timeout_seconds),
+                start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(step)),
                 retry_policy=_retry_policy(policy.retry_for(step)),
             )
             return result

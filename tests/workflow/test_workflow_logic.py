@@ -7,6 +7,7 @@ record their calls, and checks the outcome and which activities ran (or did not 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from temporalio import activity
+from temporalio.api.enums.v1 import TimeoutType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -64,6 +66,7 @@ class Fakes:
     """Scriptable stand-ins for the real activities; ``calls`` counts invocations by activity name."""
 
     topic_exists: bool = True
+    first_check_stalls_seconds: float = 0.0  # the first check_topic attempt hangs this long
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
     delete_statuses: list[DeleteBkLedgerStatus] = field(
@@ -82,6 +85,8 @@ class Fakes:
         @activity.defn(name="check_topic")
         def check_topic(inp: CheckTopicInput) -> CheckTopicResult:
             fakes.calls["check_topic"] += 1
+            if activity.info().attempt == 1:
+                time.sleep(fakes.first_check_stalls_seconds)
             return CheckTopicResult(exists=fakes.topic_exists)
 
         @activity.defn(name="ask_owner_broker")
@@ -364,6 +369,41 @@ async def test_status_query_reports_step_and_messages(harness: Harness, temporal
     assert result.outcome is Outcome.SKIPPED_IN_USE
     final = await handle.query(LedgerDeletionWorkflow.status)
     assert final.outcome == "SKIPPED_IN_USE" and final.messages_acked == 1
+
+
+async def test_a_quick_step_that_hangs_is_retried_after_its_own_timeout(harness: Harness) -> None:
+    """A lost or hung attempt of a one-call step is retried after that step's timeout, not after the one
+    the slow steps need; every other step keeps the policy's timeout."""
+    harness.fakes.first_check_stalls_seconds = 4
+    policy = replace(harness.policy, activity_timeout_seconds=30, step_timeout_seconds={"check_topic": 1})
+    handle = await harness.start(data_request(ledger_id=79), policy=policy)
+    # Before the stalled attempt could have answered, and long before the policy's 30 s.
+    result = await asyncio.wait_for(handle.result(), timeout=3.5)
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_topic"] == 2
+    events = (await handle.fetch_history()).events
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    timeouts = {a.activity_type.name: a.start_to_close_timeout.ToSeconds() for a in scheduled.values()}
+    assert timeouts == {
+        "check_topic": 1,
+        "ask_owner_broker": 30,
+        "verify_bk_metadata": 30,
+        "delete_bk_ledger": 30,
+        "ack_messages": 30,
+    }
+    # The server retried the attempt it timed out: one check_topic started, as attempt 2, after a timeout.
+    (check,) = [
+        e.activity_task_started_event_attributes
+        for e in events
+        if e.HasField("activity_task_started_event_attributes")
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id].activity_type.name
+        == "check_topic"
+    ]
+    assert check.attempt == 2
+    assert check.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
 
 
 UPSERT_EVENT = "upsert_workflow_search_attributes_event_attributes"
