@@ -28,6 +28,8 @@ DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
 
 POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
+COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
+
 # Steps that take a retry override (the dead letter is retried until it is published, the ack three times)
 # and steps that take a timeout override: every activity.
 RETRIED_STEPS = frozenset(
@@ -41,7 +43,6 @@ RETRIED_STEPS = frozenset(
     )
 )
 TIMED_STEPS = RETRIED_STEPS | {Step.PUBLISH_DEAD_LETTER.value, Step.ACK_MESSAGES.value}
-COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
 
 
 class StepRetry(BaseModel):
