@@ -54,3 +54,15 @@ def step_timeouts(settings: Settings) -> dict[str, float]:
     }
     merged = derived | settings.step_timeout_seconds
     return {step: seconds for step, seconds in merged.items() if seconds != settings.activity_timeout_seconds}
+
+
+def describe_policy(policy: DeletionPolicy) -> str:
+    """Timeouts and retries in one line, e.g. ``start-to-close check_topic 30 s, … 60 s for the rest; …``."""
+    own = "".join(f"{step} {seconds:g} s, " for step, seconds in policy.step_timeout_seconds.items())
+    every = "the rest" if own else "every step"
+    every = f"{policy.activity_timeout_seconds:g} s for {every}"
+    retry = policy.default_retry
+    return (
+        f"start-to-close {own}{every}; up to {retry.max_attempts} attempts, "
+        f"backoff from {retry.initial_seconds:g} s to {retry.max_interval_seconds:g} s"
+    )

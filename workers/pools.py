@@ -37,7 +37,7 @@ from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.observability import metrics, redaction
-from ledger_deletion.policy import deletion_policy
+from ledger_deletion.policy import deletion_policy, describe_policy
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
 from workers.ingest import Ingestor
@@ -172,12 +172,15 @@ async def run_pools(
             )
             consumer = await asyncio.to_thread(subscribe)
             stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
+            policy = deletion_policy(settings)
+            # What every workflow this process starts will do, so an operator can check it at a glance.
+            log.info("new deletions: %s", describe_policy(policy))
             running.ingestor = Ingestor(
                 temporal=temporal,
                 consumer=consumer,
                 pending=pending,
                 dead_letters=dead_letters,
-                policy=deletion_policy(settings),
+                policy=policy,
                 workflow_queue=settings.task_queue("workflow"),
                 ack_queue=running.ack_queue,
                 max_inflight=settings.ingest_max_inflight,

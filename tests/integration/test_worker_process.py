@@ -41,6 +41,7 @@ async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
         "LEDGER_DELETION_METRICS_PORT": "0",
         "LEDGER_DELETION_TEMPORAL_METRICS_PORT": "0",
         "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "5",
+        "LEDGER_DELETION_STEP_TIMEOUT_SECONDS": '{"check_topic": 12}',
     }
     mine = settings.with_overrides(topic=env["LEDGER_DELETION_TOPIC"])
     cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
@@ -66,4 +67,14 @@ async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
             process.kill()
         log.close()
     assert not any(cluster.ledger_exists(i) for i in ids[:3]) and cluster.ledger_exists(ids[3])
-    assert "pools" in (tmp_path / "worker.log").read_text()  # it logged its start and stop
+    output = (tmp_path / "worker.log").read_text()
+    assert "pools" in output  # it logged its start and stop
+    # The step timeout set in the environment reached the workflows, and the log says so.
+    assert "start-to-close check_topic 12 s, " in output
+    history = await temporal_client.get_workflow_handle(requests[0].workflow_id).fetch_history()
+    (check,) = [
+        e.activity_task_scheduled_event_attributes
+        for e in history.events
+        if e.activity_task_scheduled_event_attributes.activity_type.name == "check_topic"
+    ]
+    assert check.start_to_close_timeout.ToSeconds() == 12
