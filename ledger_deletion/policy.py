@@ -59,10 +59,10 @@ def step_timeouts(settings: Settings) -> dict[str, float]:
 def describe_policy(policy: DeletionPolicy) -> str:
     """Timeouts and retries in one line, e.g. ``start-to-close check_topic 30 s, … 60 s for the rest; …``."""
     own = "".join(f"{step} {seconds:g} s, " for step, seconds in policy.step_timeout_seconds.items())
-    every = "the rest" if own else "every step"
-    every = f"{policy.activity_timeout_seconds:g} s for {every}"
+    others = "the rest" if own else "every step"
     retry = policy.default_retry
     return (
-        f"start-to-close {own}{every}; up to {retry.max_attempts} attempts, "
+        f"start-to-close {own}{policy.activity_timeout_seconds:g} s for {others}; "
+        f"up to {retry.max_attempts} attempts, "
         f"backoff from {retry.initial_seconds:g} s to {retry.max_interval_seconds:g} s"
     )
