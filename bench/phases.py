@@ -282,6 +282,9 @@ class AResult:
     procs: dict[str, dict[str, float]] = field(default_factory=dict)
     servers_cpu: dict[str, float] = field(default_factory=dict)
     event_kinds: dict[str, int] = field(default_factory=dict)
+    head_seconds: float = 0.0  # publish of the first request to the first close
+    tail_seconds: float = 0.0  # the 95th percentile close to the last
+    last_outcomes: list[str] = field(default_factory=list)  # of the five last to close, the last at the end
 
 
 async def run_a(
@@ -323,6 +326,7 @@ async def run_a(
     expected = {item.request.workflow_id: item for item in seeded.items}
     by_id = {c.workflow_id: c for c in closed if c.workflow_id in expected}
     end = max(c.close for c in by_id.values())
+    in_order = sorted(by_id.values(), key=lambda c: c.close)
     happy = [c for c in by_id.values() if c.outcome == Outcome.DELETED.value]
     timed = [
         (by_id[w].close - published[w]) * 1000
@@ -346,6 +350,9 @@ async def run_a(
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
         procs=usage(procs),
         servers_cpu=servers,
+        head_seconds=in_order[0].close - began,
+        tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1].close,
+        last_outcomes=[c.outcome for c in in_order[-5:]],
     )
     if sample_histories:
         ids = sorted(by_id)
@@ -455,6 +462,8 @@ class CResult:
     steady_rate: float
     procs: dict[str, dict[str, float]]
     servers_cpu: dict[str, float]
+    head_seconds: float = 0.0
+    tail_seconds: float = 0.0
 
 
 async def run_c(
@@ -517,6 +526,7 @@ async def run_c(
             proc.stop()
     closed = await closed_workflows(run.client, queue)
     end = max(c.close for c in closed)
+    in_order = sorted(c.close for c in closed)
     used = [shapes[i % len(shapes)] for i in range(n)]
     return CResult(
         n=len(closed),
@@ -527,6 +537,8 @@ async def run_c(
         steady_rate=steady_rate([c.close for c in closed]),
         procs=usage(procs),
         servers_cpu=servers,
+        head_seconds=in_order[0] - began,
+        tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1],
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.phases import AResult, CResult
@@ -26,6 +26,12 @@ class Round:
     # round's A/C is mostly the inverse of their ratio (nan: not measured).
     a_server_ms: float = math.nan
     c_server_ms: float = math.nan
+    # Where end to end loses to steady: first publish to first close, the 95th percentile close to the last.
+    a_head_s: float = math.nan
+    a_tail_s: float = math.nan
+    c_head_s: float = math.nan
+    c_tail_s: float = math.nan
+    a_last_outcomes: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, a: AResult, c: CResult) -> Round:
@@ -40,6 +46,11 @@ class Round:
             a_unacked=a.unacked,
             a_server_ms=_server_ms(a.servers_cpu, a.n),
             c_server_ms=_server_ms(c.servers_cpu, c.n),
+            a_head_s=a.head_seconds,
+            a_tail_s=a.tail_seconds,
+            c_head_s=c.head_seconds,
+            c_tail_s=c.tail_seconds,
+            a_last_outcomes=a.last_outcomes,
         )
 
 
