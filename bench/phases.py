@@ -284,7 +284,6 @@ class AResult:
     event_kinds: dict[str, int] = field(default_factory=dict)
     head_seconds: float = 0.0  # publish of the first request to the first close
     tail_seconds: float = 0.0  # the 95th percentile close to the last
-    last_outcomes: list[str] = field(default_factory=list)  # of the five last to close, the last at the end
 
 
 async def run_a(
@@ -352,7 +351,6 @@ async def run_a(
         servers_cpu=servers,
         head_seconds=in_order[0].close - began,
         tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1].close,
-        last_outcomes=[c.outcome for c in in_order[-5:]],
     )
     if sample_histories:
         ids = sorted(by_id)

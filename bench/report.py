@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bench.phases import AResult, CResult
@@ -31,7 +31,6 @@ class Round:
     a_tail_s: float = math.nan
     c_head_s: float = math.nan
     c_tail_s: float = math.nan
-    a_last_outcomes: list[str] = field(default_factory=list)
 
     @classmethod
     def of(cls, a: AResult, c: CResult) -> Round:
@@ -50,7 +49,6 @@ class Round:
             a_tail_s=a.tail_seconds,
             c_head_s=c.head_seconds,
             c_tail_s=c.tail_seconds,
-            a_last_outcomes=a.last_outcomes,
         )
 
 
