@@ -114,7 +114,15 @@ class PulsarAdminClient:
         served_by = f"{parts.scheme}://{parts.netloc}"
         status = response.status_code
         if status == 404:
-            return AdminResponse(found=False, served_by=served_by)
+            if _is_pulsar_error(response):
+                return AdminResponse(found=False, served_by=served_by)
+            # A proxy, an ingress with a wrong path prefix or a broker without this endpoint answers 404 too.
+            # "Not found" skips the in-use check, so only Pulsar's own answer may say it: anything else is
+            # an admin API we cannot read, retried and then dead-lettered.
+            raise AdminApiUnavailable(
+                f"admin API {parts.netloc} answered 404 without Pulsar's error body, not proof the topic "
+                f"is gone: {response.text[:200]!r}"
+            )
         if status in (401, 403):
             raise AuthorizationError(f"admin API {parts.netloc} answered {status}")
         if status == 412:
@@ -127,6 +135,15 @@ class PulsarAdminClient:
             return AdminResponse(found=True, body=response.json(), served_by=served_by)
         except ValueError as exc:
             raise AdminApiUnavailable(f"admin API {parts.netloc} sent invalid JSON") from exc
+
+
+def _is_pulsar_error(response: httpx.Response) -> bool:
+    """Is this Pulsar's error entity, ``{"reason": "..."}`` (``RestException`` → ``ErrorData``, JSON)?"""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("reason"), str)
 
 
 def topic_path(topic_name: str) -> str:

@@ -1,0 +1,93 @@
+"""Only Pulsar's own 404 says a topic is gone: that answer skips the in-use check, so it must not be faked.
+
+A proxy, an ingress with a wrong path prefix or a broker without the endpoint also answer 404, with an HTML
+page or an empty body. Taking that for "no such topic" would delete ledgers the owner broker still lists.
+"""
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.pulsar_admin import PulsarAdminActivities
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
+from ledger_deletion.contracts import AskOwnerBrokerInput, CheckTopicInput
+
+TOPIC = "public/default/orders-partition-0"
+PULSAR_404 = (b'{"reason":"Topic not found"}', "application/json")
+
+
+class _NotFoundServer(ThreadingHTTPServer):
+    daemon_threads = True
+    body, content_type = PULSAR_404
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _NotFoundServer
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        if self.path.split("?")[0].endswith("/partitions"):
+            # Pulsar answers partitioned metadata of a missing topic with 0 partitions.
+            body, content_type = b'{"partitions":0}', "application/json"
+            self.send_response(200)
+        else:
+            body, content_type = self.server.body, self.server.content_type
+            self.send_response(404)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[_NotFoundServer]:
+    srv = _NotFoundServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def activities(server: _NotFoundServer) -> Iterator[PulsarAdminActivities]:
+    client = PulsarAdminClient(f"http://127.0.0.1:{server.server_port}", timeout_seconds=5)
+    yield PulsarAdminActivities(client)
+    client.close()
+
+
+def test_pulsars_404_means_the_topic_is_gone(activities: PulsarAdminActivities) -> None:
+    env = ActivityEnvironment()
+    assert env.run(activities.check_topic, CheckTopicInput(TOPIC)).exists is False
+    answer = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(TOPIC, 7))
+    assert (answer.topic_exists, answer.in_use) == (False, False)
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"<html><body><h2>HTTP ERROR 404 Not Found</h2></body></html>", "text/html"),  # Jetty, no route
+        (b"", "text/plain"),  # an ingress or load balancer
+        (b'{"message":"no Route matched with those values"}', "application/json"),  # an API gateway
+        (b'"Topic not found"', "application/json"),  # JSON, but not Pulsar's error entity
+    ],
+)
+def test_any_other_404_is_an_admin_api_we_cannot_read(
+    server: _NotFoundServer, activities: PulsarAdminActivities, body: bytes, content_type: str
+) -> None:
+    server.body, server.content_type = body, content_type
+    env = ActivityEnvironment()
+    for call in (
+        lambda: env.run(activities.check_topic, CheckTopicInput(TOPIC)),
+        lambda: env.run(activities.ask_owner_broker, AskOwnerBrokerInput(TOPIC, 7)),
+    ):
+        with pytest.raises(ApplicationError, match="404 without Pulsar's error body") as raised:
+            call()
+        # Retried like any unreachable admin API, then dead-lettered: never taken as "topic gone".
+        assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
