@@ -17,6 +17,7 @@ from ledger_deletion.contracts import (
 )
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
+from ledger_deletion.formats.managed_ledger import parse_schema_locator, schema_ledger_ids
 from ledger_deletion.request import LedgerComponent, PendingDeleteLedgerInfo
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
@@ -45,13 +46,33 @@ class BookKeeperActivities:
                 Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}"
             )
         verdict, reason = judge(metadata, inp.request)
+        schema_referenced = False
+        if verdict is Verdict.MATCH and inp.request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
+            assert inp.request.schema_id is not None  # judge matched it against the ledger's tag
+            schema_referenced, why = self._schema_references(inp.request.schema_id, inp.request.ledger_id)
+            reason = why or reason
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
             reason,
             metadata_format_version=metadata.format_version,
             length=metadata.length,
+            schema_referenced=schema_referenced,
         )
+
+    def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
+        """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""
+        data = self._store.read_schema_locator(schema_id)
+        if data is None:
+            return False, ""
+        try:
+            listed = schema_ledger_ids(parse_schema_locator(data))
+        except MetadataFormatError as exc:
+            # An unreadable locator may still list it: never delete on a guess.
+            return True, f"schema locator of {schema_id} unreadable: {exc}"
+        if ledger_id in listed:
+            return True, f"listed by the schema locator of {schema_id}"
+        return False, ""
 
     @activity.defn(name="delete_bk_ledger")
     @translate_errors

@@ -168,6 +168,9 @@ class VerifyBkMetadataResult:
     reason: str = ""
     metadata_format_version: int = 0
     length: int = 0
+    # A schema ledger the schema registry's locator (``/schemas/<schemaId>``) still lists: in use, whatever
+    # the topic's owner says or whether the topic still exists (its schema may outlive it).
+    schema_referenced: bool = False
 
 
 @dataclass(frozen=True)

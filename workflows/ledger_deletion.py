@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
 STATUS_QUERY = "status"
+RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 
 _R = TypeVar("_R")
@@ -156,8 +157,9 @@ class LedgerDeletionWorkflow:
             )
             if verified.verdict is not Verdict.MATCH:
                 raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+            verified = await self._wait_until_schema_releases(req, policy, verified)
             await self._wait_until_unused(req, policy, topic)
-            return await self._delete_bk_ledger(req, policy, verified)
+            return await self._delete_bk_ledger(req, policy, verified, topic)
         topic = await self._check_topic(req, policy)
         await self._wait_until_unused(req, policy, topic)
         assert req.context is not None  # validated when the request was decoded
@@ -210,8 +212,33 @@ class LedgerDeletionWorkflow:
                 workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
             await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
 
-    async def _delete_bk_ledger(
+    async def _wait_until_schema_releases(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
+    ) -> VerifyBkMetadataResult:
+        """A schema ledger the schema registry still lists is in use, even with its topic gone: wait for the
+        broker to drop it from the locator (it publishes before it updates, as for other ledgers), checking
+        the metadata again each time. Applies whatever ``checkLedgerStillInUse`` says: a listed ledger is
+        referenced, and deleting it would break the schema."""
+        for check in range(policy.in_use_rechecks + 1):
+            if not verified.schema_referenced:
+                break
+            if check == policy.in_use_rechecks:
+                raise _Finished(Outcome.SKIPPED_IN_USE, f"{verified.reason} after {check + 1} checks")
+            self._step = Step.WAIT_IN_USE
+            if check == 0:
+                workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
+            await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
+            verified = await self._verify(req, policy)
+            if verified.verdict is not Verdict.MATCH:
+                raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+        return verified
+
+    async def _delete_bk_ledger(
+        self,
+        req: PendingDeleteLedgerInfo,
+        policy: DeletionPolicy,
+        verified: VerifyBkMetadataResult,
+        topic: CheckTopicResult,
     ) -> tuple[Outcome, str, list[str]]:
         for _ in range(MAX_VERSION_RACES):
             deleted = await self._activity(
@@ -229,6 +256,11 @@ class LedgerDeletionWorkflow:
             verified = await self._verify(req, policy)
             if verified.verdict is not Verdict.MATCH:
                 return _VERDICT_OUTCOME[verified.verdict], verified.reason, []
+            verified = await self._wait_until_schema_releases(req, policy, verified)
+            # A ledger's metadata changes when someone writes, closes or recovers it: ask its owner again.
+            # Runs that raced before this check existed replay without it.
+            if workflow.patched(RECHECK_USE_AFTER_RACE):
+                await self._wait_until_unused(req, policy, topic)
         raise ApplicationError(
             f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
             type="MetadataKeepsChanging",

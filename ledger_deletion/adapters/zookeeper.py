@@ -1,7 +1,8 @@
-"""ZooKeeper access for BookKeeper ledger metadata (kazoo), limited to the ledgers root.
+"""ZooKeeper access for BookKeeper ledger metadata (kazoo), limited to the ledgers root and schema locators.
 
-Every path this adapter touches is checked to lie under the configured ledgers root, so no request can make
-the service read or delete anything else in ZooKeeper.
+Every ledger path this adapter touches is checked to lie under the configured ledgers root, so no request can
+make the service delete anything else in ZooKeeper. The one other read is a schema's locator, under
+``/schemas``: it says which ledgers the schema registry still references.
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
-from ledger_deletion.errors import AuthorizationError, ConfigurationError, MetadataStoreUnavailable
+from ledger_deletion.errors import (
+    AuthorizationError,
+    ConfigurationError,
+    InvalidRequestError,
+    MetadataStoreUnavailable,
+)
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 
 # kazoo's default reconnect backoff doubles without a useful cap (max_delay 3600 s): after a ZooKeeper outage
@@ -34,6 +40,8 @@ from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 # meanwhile fails with SessionExpiredError. Retrying about once a second (plus kazoo's jitter of up to 0.4 s)
 # keeps the session and resumes work as soon as ZooKeeper answers.
 RECONNECT_MAX_DELAY_SECONDS = 1.0
+
+SCHEMAS_ROOT = "/schemas"  # BookkeeperSchemaStorage's SchemaPath
 
 
 def kazoo_client(
@@ -92,6 +100,23 @@ class LedgerStore:
             except NoNodeError:
                 return None
         return Znode(data=data or b"", version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
+
+    def read_schema_locator(self, schema_id: str) -> bytes | None:
+        """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
+
+        Pulsar keeps schema locators in its own metadata store; in the default deployment that is the
+        ZooKeeper BookKeeper uses too. Where it is not, no locator is found here and the owner broker's
+        answer is the only in-use check left.
+        """
+        segments = schema_id.split("/")
+        if len(segments) != 3 or any(part in ("", ".", "..") for part in segments):
+            raise InvalidRequestError(f"schema id {schema_id[:80]!r} is not tenant/namespace/topic")
+        with self._translated():
+            try:
+                data, _ = self._zk().get(f"{SCHEMAS_ROOT}/{schema_id}")
+            except NoNodeError:
+                return None
+        return data or b""
 
     def delete(self, ledger_id: int, version: int) -> bool | None:
         """Delete the znode only if it still has ``version``.

@@ -149,6 +149,39 @@ async def test_metadata_must_match_the_request(bk, zk, new_ledger_id, custom, re
     assert (verify(bk, request(ledger_id, component, **req_kwargs))).verdict is verdict
 
 
+def put_schema_locator(zk: KazooClient, schema_id: str, ledger_ids: list[int]) -> None:
+    locator = ml.SchemaLocator()
+    for version, ledger_id in enumerate(ledger_ids):
+        entry = locator.index.add(version=version, hash=b"h")
+        entry.position.ledgerId, entry.position.entryId = ledger_id, 0
+    locator.info.CopyFrom(entry)
+    data = ml.serialize_schema_locator(locator)
+    if zk.exists(f"/schemas/{schema_id}"):
+        zk.set(f"/schemas/{schema_id}", data)
+    else:
+        zk.create(f"/schemas/{schema_id}", data, makepath=True)
+
+
+async def test_schema_ledger_listed_by_its_locator_is_reported_referenced(bk, zk, new_ledger_id) -> None:
+    """The schema registry's locator is read from ZooKeeper: a listed ledger is in use, topic or no topic."""
+    schema_id = f"acts/ns1/schema-{uuid.uuid4().hex[:8]}"
+    listed, other = new_ledger_id(), new_ledger_id()
+    for ledger_id in (listed, other):
+        put_ledger(zk, ledger_id, schema_custom_metadata(schema_id))
+    req = request(listed, LedgerComponent.SCHEMA_STORAGE, topic_name=schema_id, schema_id=schema_id)
+
+    assert verify(bk, req).schema_referenced is False  # no locator: the schema is gone
+    put_schema_locator(zk, schema_id, [other, listed])
+    result = verify(bk, req)
+    assert (result.verdict, result.schema_referenced) == (Verdict.MATCH, True)
+    assert schema_id in result.reason
+    put_schema_locator(zk, schema_id, [other])  # the broker dropped the version
+    assert verify(bk, req).schema_referenced is False
+    zk.set(f"/schemas/{schema_id}", b"\xff\x01")  # unreadable: it may still list the ledger
+    result = verify(bk, req)
+    assert result.schema_referenced is True and "unreadable" in result.reason
+
+
 async def test_unreadable_metadata_is_a_mismatch(bk, zk, new_ledger_id) -> None:
     ledger_id = new_ledger_id()
     zk.create(ledger_path(ledger_id), b"BookieMetadataFormatVersion\t3\n\xff\xff", makepath=True)

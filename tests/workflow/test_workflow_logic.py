@@ -69,6 +69,7 @@ class Fakes:
     first_check_stalls_seconds: float = 0.0  # the first check_topic attempt hangs this long
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
+    schema_listed: list[bool] = field(default_factory=lambda: [False])  # verify's schema_referenced, in turn
     delete_statuses: list[DeleteBkLedgerStatus] = field(
         default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
     )
@@ -99,8 +100,12 @@ class Fakes:
         def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
             fakes.calls["verify_bk_metadata"] += 1
             verdict = fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
+            listed = fakes.schema_listed.pop(0) if len(fakes.schema_listed) > 1 else fakes.schema_listed[0]
             return VerifyBkMetadataResult(
-                verdict, znode_version=fakes.calls["verify_bk_metadata"], reason=verdict.value
+                verdict,
+                znode_version=fakes.calls["verify_bk_metadata"],
+                reason="listed by the schema locator" if listed else verdict.value,
+                schema_referenced=listed,
             )
 
         @activity.defn(name="delete_bk_ledger")
@@ -303,6 +308,52 @@ async def test_changed_znode_that_no_longer_matches_is_kept(harness: Harness) ->
     harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED]
     result = await harness.run(data_request())
     assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH
+    assert harness.fakes.calls["delete_bk_ledger"] == 1
+
+
+async def test_changed_znode_is_asked_about_again_before_delete(harness: Harness) -> None:
+    """A znode changes when someone writes, closes or recovers the ledger: its owner is asked again."""
+    harness.fakes.in_use_answers = [False, True]
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert harness.fakes.calls["ask_owner_broker"] == 1 + 3  # before the first delete, then the grace again
+    assert harness.fakes.calls["delete_bk_ledger"] == 1
+
+
+def schema_request(ledger_id: int = 44) -> PendingDeleteLedgerInfo:
+    return data_request(
+        ledger_id,
+        ledger_component=LedgerComponent.SCHEMA_STORAGE,
+        topic_name="t/ns/gone",
+        schema_id="t/ns/gone",
+    )
+
+
+async def test_schema_ledger_the_registry_lists_is_kept_even_with_its_topic_gone(harness: Harness) -> None:
+    harness.fakes.topic_exists = False
+    harness.fakes.schema_listed = [True]
+    result = await harness.run(schema_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert "schema locator" in result.reason
+    assert harness.fakes.calls["verify_bk_metadata"] == 3  # first check + 2 re-checks
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
+    assert result.messages_acked == 1
+
+
+async def test_schema_ledger_the_registry_drops_during_grace_is_deleted(harness: Harness) -> None:
+    harness.fakes.schema_listed = [True, False]
+    result = await harness.run(schema_request())
+    assert result.outcome is Outcome.DELETED
+    # compare-and-delete uses the version of the last verification, the one that found it no longer listed
+    assert harness.fakes.delete_versions == [2]
+
+
+async def test_schema_ledger_listed_again_after_a_race_is_kept(harness: Harness) -> None:
+    harness.fakes.schema_listed = [False, True]
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED]
+    result = await harness.run(schema_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
     assert harness.fakes.calls["delete_bk_ledger"] == 1
 
 
