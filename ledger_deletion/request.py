@@ -9,6 +9,7 @@ dataclasses travel in workflow payloads, see ``contracts.py``.
 """
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from ledger_deletion.errors import InvalidRequestError
 
 MAX_LEDGER_ID = 2**63 - 1
+_U64 = 2**64 - 1
 MAX_NAME_LENGTH = 1024
 MAX_PROPERTIES = 64
 MAX_SEGMENTS = 1024
@@ -114,8 +116,21 @@ class PendingDeleteLedgerInfo:
 
     @property
     def workflow_id(self) -> str:
-        """One workflow per (type, ledger): a second request for the same ledger joins the first."""
-        return f"ledger-deletion/{self.ledger_type.value}/{self.ledger_id}"
+        """One workflow per (type, ledger), and per offload for an offloaded ledger: a second request for
+        the same thing joins the first and is acked with its outcome.
+
+        A ledger can be offloaded more than once (a failed attempt leaves objects under another uuid), and
+        each copy is its own deletion: keyed by ledger alone, a request for the second copy would join the
+        first's workflow and be acked without its objects ever being looked at.
+        """
+        base = f"ledger-deletion/{self.ledger_type.value}/{self.ledger_id}"
+        offload = self.context.offload_context if self.context else None
+        if self.ledger_type is not LedgerType.OFFLOAD_LEDGER or offload is None:
+            return base
+        if offload.has_uid:
+            return f"{base}/{_java_uuid(offload.uid_msb, offload.uid_lsb)}"
+        first = offload.offload_segment[0] if offload.offload_segment else None
+        return f"{base}/{_java_uuid(first.uid_msb, first.uid_lsb)}" if first else base
 
     def summary(self) -> str:
         what = {
@@ -125,6 +140,11 @@ class PendingDeleteLedgerInfo:
         }[self.ledger_component]
         where = "BookKeeper" if self.ledger_type is LedgerType.LEDGER else "tiered storage"
         return f"Delete {what} ledger {self.ledger_id} of {self.topic_name} from {where}"[:200]
+
+
+def _java_uuid(msb: int, lsb: int) -> str:
+    """``new UUID(msb, lsb).toString()`` for the two signed longs of an offload context."""
+    return str(uuid.UUID(int=((msb & _U64) << 64) | (lsb & _U64)))
 
 
 # ---------------------------------------------------------------------------------------------------------

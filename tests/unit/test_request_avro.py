@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.avro import decode_request, encode_record, encode_request, schema_json
+from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerType,
@@ -148,5 +150,16 @@ def test_derived_names() -> None:
     request = request_from_wire(OFFLOADED)
     assert request.managed_ledger_name == "public/default/persistent/orders-partition-1"
     assert request.tenant == "public" and request.namespace == "public/default"
-    assert request.workflow_id == "ledger-deletion/OFFLOAD_LEDGER/12"
+    # One workflow per offloaded copy: the uuid is the one of its object keys (Java's UUID.toString()).
+    uuid = offload_uuid(4551604436496895521, -6502338462329705636)
+    assert request.workflow_id == f"ledger-deletion/OFFLOAD_LEDGER/12/{uuid}"
+    other_copy = replace(
+        request.context.offload_context,  # type: ignore[union-attr]
+        uid_lsb=1,
+    )
+    retried = replace(request, context=replace(request.context, offload_context=other_copy))  # type: ignore[arg-type]
+    assert retried.workflow_id != request.workflow_id  # a second copy is not joined to the first
+    assert replace(request, properties={"x": "y"}).workflow_id == request.workflow_id  # a duplicate is
+    in_bookkeeper = request_from_wire({**OFFLOADED, "ledgerType": "LEDGER"})
+    assert in_bookkeeper.workflow_id == "ledger-deletion/LEDGER/12"  # a BK ledger has one copy
     assert len(request.summary()) <= 200
