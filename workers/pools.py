@@ -35,7 +35,7 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
-from ledger_deletion.errors import ConfigurationError
+from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.policy import deletion_policy, describe_policy
 from ledger_deletion.settings import POOLS, Settings
@@ -132,6 +132,7 @@ async def run_pools(
                 settings.zookeeper_digest.get_secret_value() if settings.zookeeper_digest else None,
             )
             stack.callback(store.close)
+            await _check_ledger_layout(store)
             bk = BookKeeperActivities(store)
             host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
@@ -217,6 +218,20 @@ async def run_pools(
             if task.done() and not task.cancelled() and task.exception():
                 log.error("worker failed: %s", task.exception())
     log.info("pools %s stopped", sorted(wanted))
+
+
+async def _check_ledger_layout(store: LedgerStore) -> None:
+    """Refuse to start on a BookKeeper formatted with a ledger manager whose paths we do not use.
+
+    ZooKeeper out of reach is no reason not to start (the activities retry until it is back): the check is
+    then left to the next start, and said so.
+    """
+    try:
+        manager = await asyncio.to_thread(store.check_layout)
+    except MetadataStoreUnavailable as exc:
+        log.warning("could not read BookKeeper's LAYOUT (%s): ledger manager not checked", exc)
+        return
+    log.info("BookKeeper ledger manager: %s", manager or f"none yet (no {store.ledgers_root}/LAYOUT)")
 
 
 async def _drain(ingestor: Ingestor, grace_seconds: float) -> None:

@@ -56,6 +56,29 @@ def kazoo_client(
     )
 
 
+# ``LAYOUT``: "<layout format version>\n<manager factory class>:<manager version>" (BookKeeper's
+# LedgerLayout). Pulsar's own metadata driver (PulsarLedgerManager) uses the same hybrid hierarchical paths.
+SUPPORTED_LEDGER_MANAGERS = frozenset(
+    {
+        "org.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory",
+        "org.apache.pulsar.metadata.bookkeeper.PulsarLedgerManagerFactory",
+    }
+)
+
+
+def supported_ledger_manager(layout: bytes) -> str:
+    """The manager factory class of a ``LAYOUT`` znode's content, if it is one whose paths this code uses."""
+    lines = layout.decode("utf-8", errors="replace").strip().splitlines()
+    factory = lines[1].rsplit(":", 1)[0].strip() if len(lines) >= 2 else ""
+    if factory in SUPPORTED_LEDGER_MANAGERS:
+        return factory
+    raise ConfigurationError(
+        f"BookKeeper's LAYOUT names ledger manager {factory or layout[:80]!r}; only the default "
+        "hierarchical manager's ledger paths are supported, so every ledger would be looked for in the "
+        "wrong place"
+    )
+
+
 @dataclass(frozen=True)
 class Znode:
     data: bytes
@@ -100,6 +123,25 @@ class LedgerStore:
             except NoNodeError:
                 return None
         return Znode(data=data or b"", version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
+
+    def check_layout(self) -> str | None:
+        """The ledger manager named in ``<root>/LAYOUT``, refused unless it is BookKeeper's default.
+
+        Ledger paths here are the hierarchical manager's (legacy path below 2^31, long path above). A
+        cluster formatted with another manager keeps its ledgers elsewhere: every request would find no
+        znode and be acked as already deleted while the orphan stays. Returns None when there is no
+        LAYOUT (a metadata root BookKeeper has not formatted yet: nothing to misread).
+
+        Raises:
+            ConfigurationError: another ledger manager, or a LAYOUT this code cannot read.
+        """
+        path = f"{self.ledgers_root.rstrip('/')}/LAYOUT"
+        with self._translated():
+            try:
+                data, _ = self._zk().get(path)
+            except NoNodeError:
+                return None
+        return supported_ledger_manager(data or b"")
 
     def read_schema_locator(self, schema_id: str) -> bytes | None:
         """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
