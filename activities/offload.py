@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from temporalio import activity
 
@@ -11,12 +12,15 @@ from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.contracts import DeleteOffloadInput, DeleteOffloadResult, Outcome
 from ledger_deletion.errors import DeletionNotConfirmed, InvalidRequestError, UnsupportedOffloadDriver
 from ledger_deletion.formats.offload_keys import offload_keys_for_context
-from ledger_deletion.request import LedgerInfo
+from ledger_deletion.request import LedgerInfo, OffloadContext
 
 # jclouds provider names whose blobs live in an S3-compatible store this service can reach.
 S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
-# Blob user metadata Pulsar's offloader writes (S3 lower-cases metadata keys).
+# Blob user metadata of a classic (per-ledger) offload, compared lower-cased (S3 and jclouds lower-case the
+# keys). BlobStoreManagedLedgerOffloader#offload puts role=data|index plus the extraMetadata ManagedLedgerImpl
+# passes ({"ManagedLedgerName": <name>}) on both objects since apache/pulsar#14907 (March 2022).
 MANAGED_LEDGER_NAME_KEY = "managedledgername"
+ROLE_KEY = "role"
 
 
 class OffloadActivities:
@@ -28,19 +32,27 @@ class OffloadActivities:
     @translate_errors
     def delete_offload_segment(self, inp: DeleteOffloadInput) -> DeleteOffloadResult:
         targets = self._targets(inp.context, inp.ledger_id)
+        offload = inp.context.offload_context
+        assert offload is not None  # _targets refuses a context without one
+        if offload.offload_segment:
+            return _refuse_segments(offload)
         existing: dict[str, list[str]] = defaultdict(list)
         for bucket, key in targets:
             head = self._store.head(bucket, key)
             if head is None:
                 continue
-            owner = head.metadata.get(MANAGED_LEDGER_NAME_KEY)
-            if owner is not None and owner != inp.managed_ledger_name:
-                return DeleteOffloadResult(
-                    Outcome.SKIPPED_METADATA_MISMATCH,
-                    reason=f"s3://{bucket}/{key} belongs to {owner!r}, "
-                    f"request says {inp.managed_ledger_name!r}",
-                )
+            problem = _ownership_problem(head.metadata, inp.managed_ledger_name, _role_of(key))
+            if problem:
+                # Nothing is deleted, not even the objects that did match: the pair goes or stays together.
+                reason = f"s3://{bucket}/{key} {problem}; nothing deleted"
+                return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=reason)
             existing[bucket].append(key)
+        # HEAD answers a bare 404 for a missing bucket too: before a bucket's keys count as deleted, make sure
+        # the bucket is really there (a wrong bucket or endpoint raises BucketNotFound, and the request is
+        # dead-lettered instead of acked with its objects left behind).
+        for bucket in dict.fromkeys(b for b, _ in targets):
+            if bucket not in existing:
+                self._store.require_bucket(bucket)
         if not existing:
             return DeleteOffloadResult(Outcome.ALREADY_DELETED, reason="no offloaded objects left")
         for bucket, keys in existing.items():
@@ -67,3 +79,47 @@ class OffloadActivities:
         if not targets:
             raise InvalidRequestError("offloadContext yields no object keys")
         return targets
+
+
+def _role_of(key: str) -> str:
+    """The ``role`` Pulsar gives the object under ``key``: ``<uuid>-ledger-<id>`` data, ``…-index`` index."""
+    return "index" if key.endswith("-index") else "data"
+
+
+def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, role: str) -> str:
+    """Why the object's user metadata does not prove it is the ``role`` object of ``managed_ledger_name``.
+
+    Empty when it does. A missing tag fails closed, as a missing tag on a BK ledger does: an object without
+    ManagedLedgerName cannot be told apart from another topic's (or another application's) object under a
+    colliding key. The price: objects offloaded by brokers older than apache/pulsar#14907, which wrote only
+    the format and software version, are never deleted by this service and stay as orphans (acked,
+    SKIPPED_METADATA_MISMATCH with this reason), to be removed by an operator who has checked them.
+    """
+    tags = {k.lower(): v for k, v in metadata.items()}
+    owner = tags.get(MANAGED_LEDGER_NAME_KEY)
+    if owner is None:
+        return (
+            f"has no ManagedLedgerName metadata, so nothing proves it belongs to {managed_ledger_name!r} "
+            "(written by a Pulsar before apache/pulsar#14907, or not by Pulsar)"
+        )
+    if owner != managed_ledger_name:
+        return f"belongs to {owner!r}, request says {managed_ledger_name!r}"
+    found = tags.get(ROLE_KEY)
+    if found != role:
+        return f"has role {found!r} where the {role} object of the offload is expected"
+    return ""
+
+
+def _refuse_segments(offload: OffloadContext) -> DeleteOffloadResult:
+    """Streaming-offload (PIP-76) segments are never deleted for one ledger.
+
+    A segment's object pair (``<uuid>``, ``<uuid>-index``) holds the entries of every ledger written while it
+    was open: its V2 index keeps per-ledger metadata, and PIP-76 deletes a segment only once all its ledgers
+    are deleted, which one request cannot show. The streaming offloader also writes no ManagedLedgerName or
+    role on these objects, so nothing in them could prove the request right either.
+    """
+    return DeleteOffloadResult(
+        Outcome.SKIPPED_METADATA_MISMATCH,
+        reason=f"offloadContext lists {len(offload.offload_segment)} streaming-offload segment(s) (PIP-76); "
+        "a segment can hold entries of other ledgers, so none of its objects is deleted for one ledger",
+    )

@@ -48,7 +48,12 @@ from ledger_deletion.formats.managed_ledger import (
     serialize_managed_ledger_info,
     serialize_schema_locator,
 )
-from ledger_deletion.formats.offload_keys import java_uuid_parts, offload_keys_for_context
+from ledger_deletion.formats.offload_keys import (
+    java_uuid_parts,
+    offload_keys_for_context,
+    offload_uuid,
+    segment_object_keys,
+)
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.formats.proto import SchemaStorageFormat_pb2 as schema_pb
 from ledger_deletion.request import (
@@ -63,6 +68,13 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 OFFLOAD_DRIVER = "aws-s3"
+# The userMetadata PulsarService hands the offloader factory (keys lower-cased there): software version and
+# git sha (LedgerOffloader.METADATA_SOFTWARE_*_KEY) and, since apache/pulsar#14907, the cluster name.
+OFFLOADER_USER_METADATA = {
+    "s3managedledgeroffloadersoftwareversion": "3.0.0-simulated",
+    "s3managedledgeroffloadersoftwaregitsha": "0000000",
+    "pulsarclustername": "simulated",
+}
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"
 _MINUTE_MS = 60_000
@@ -268,19 +280,26 @@ class SimulatedCluster:
         ).offload_context
         assert context is not None  # just built with an offloadContext
         self._offloads[ledger_id] = context
+        segment_keys = {
+            key
+            for seg in context.offload_segment
+            for key in segment_object_keys(offload_uuid(seg.uid_msb, seg.uid_lsb))
+        }
         for bucket, key in offload_keys_for_context(context, ledger_id, self.bucket):
             role = "index" if key.endswith("-index") else "data"
             self._objects.add((bucket, key))
+            # BlobStoreManagedLedgerOffloader's blob user metadata (S3 lower-cases the keys anyway): every
+            # object gets the offloader's userMetadata and the format version (DataBlockUtils#addVersionInfo);
+            # a classic offload adds role and the ManagedLedgerName extraMetadata (apache/pulsar#14907); a
+            # streaming-offload segment gets nothing more (it may hold several ledgers).
+            metadata = {**OFFLOADER_USER_METADATA, "s3managedledgeroffloaderformatversion": "1"}
+            if key not in segment_keys:
+                metadata |= {"ManagedLedgerName": ml_name, "role": role}
             self.s3.put_object(
                 Bucket=bucket,
                 Key=key,
                 Body=f"simulated {role} block of ledger {ledger_id}\n".encode(),
-                # BlobStoreManagedLedgerOffloader's user metadata (S3 lower-cases the keys anyway).
-                Metadata={
-                    "ManagedLedgerName": ml_name,
-                    "role": role,
-                    "s3managedledgeroffloaderformatversion": "1",
-                },
+                Metadata=metadata,
             )
         return ctx
 

@@ -11,13 +11,15 @@ decides retryability in exactly one place::
     │   ├── ObjectStoreUnavailable     S3 5xx, throttling, connection errors
     │   ├── AdminApiUnavailable        Pulsar admin 5xx, timeouts, connection errors
     │   ├── MessagingUnavailable       Pulsar client send/ack failures
-    │   └── DeletionNotConfirmed       objects still visible after DeleteObjects
+    │   ├── DeletionNotConfirmed       objects still visible after DeleteObjects
+    │   └── BucketNotFound             offload bucket not at the configured S3 endpoint / region
     └── PermanentError                 never retried: the request goes to the dead-letter topic
         ├── InvalidRequestError        a message that cannot be a valid PendingDeleteLedgerInfo
         ├── MetadataFormatError        bytes that are not the format they claim to be
         ├── AuthorizationError         401/403 from a service
         ├── UnsupportedOffloadDriver   offload driver this service cannot delete from
-        └── ConfigurationError         settings that cannot work
+        ├── ConfigurationError         settings that cannot work
+        └── WorkflowStartRejected      Temporal refuses the request's start/signal (input too large, …)
 """
 
 from __future__ import annotations
@@ -51,6 +53,19 @@ class DeletionNotConfirmed(TransientError):
     """Objects were still visible after they were deleted (jclouds-style silent failure)."""
 
 
+class BucketNotFound(TransientError):
+    """The bucket an offload request points at is not there: S3 said NoSuchBucket, or redirected us elsewhere.
+
+    Either the driver metadata names a bucket this endpoint does not have, or ``LEDGER_DELETION_S3_ENDPOINT``
+    / ``_REGION`` point at the wrong store. Never "already deleted": that would ack the request and leave the
+    objects for ever. Retried rather than dead-lettered at once: a replicated S3-compatible store may not know
+    a new bucket on every node yet, and a wrong endpoint or region in our settings is fixed by a redeploy,
+    after which the waiting retries succeed without a DLQ replay. A bucket that really is elsewhere exhausts
+    the retries and the request lands in the dead-letter topic with this reason; nothing is deleted, and
+    nothing acked as deleted, on the way.
+    """
+
+
 class PermanentError(LedgerDeletionError):
     """A failure that retrying cannot fix."""
 
@@ -73,3 +88,11 @@ class UnsupportedOffloadDriver(PermanentError):
 
 class ConfigurationError(PermanentError):
     """Settings that cannot work together."""
+
+
+class WorkflowStartRejected(PermanentError):
+    """Temporal refuses to start (or signal) a request's workflow in a way no retry can change.
+
+    A valid request can still be too large for Temporal once encoded, or be refused with INVALID_ARGUMENT;
+    the ingest loop sends such a message to the dead-letter topic instead of retrying it for ever.
+    """

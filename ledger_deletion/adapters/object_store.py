@@ -1,6 +1,8 @@
 """S3-compatible object store (boto3) for offloaded ledgers: HEAD and DeleteObjects of exact keys only.
 
-Never lists, never deletes by prefix: every key comes from an OffloadContext uuid.
+Never lists, never deletes by prefix: every key comes from an OffloadContext uuid. The only other request is
+HeadBucket, to tell "the object is gone" from "the bucket is not here" (a HEAD of an object answers a bare 404
+for both).
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ledger_deletion.errors import AuthorizationError, ObjectStoreUnavailable
+from ledger_deletion.errors import AuthorizationError, BucketNotFound, ObjectStoreUnavailable
 
 _AUTH_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403", "Forbidden"}
-_MISSING_CODES = {"404", "NoSuchKey", "NotFound", "NoSuchBucket"}
+# A missing object. NoSuchBucket is deliberately not here: a wrong bucket or endpoint must not read as
+# "already deleted" (the request would be acked and the objects kept for ever).
+_MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
+# The bucket is not at this endpoint / in this region. Redirects (301 PermanentRedirect) and a region mismatch
+# in the signature come from AWS when the bucket lives in another region than LEDGER_DELETION_S3_REGION.
+_WRONG_BUCKET_CODES = {
+    "NoSuchBucket",
+    "301",
+    "PermanentRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+}
 
 
 @dataclass(frozen=True)
@@ -51,7 +64,12 @@ class ObjectStore:
         )
 
     def head(self, bucket: str, key: str) -> ObjectHead | None:
-        with _translated(f"HEAD s3://{bucket}/{key}"):
+        """The object's size and user metadata, or None when S3 answers 404.
+
+        A 404 on HEAD has no body, so it does not say whether the key or the bucket is missing: a caller that
+        concludes "already deleted" from None must confirm the bucket with :meth:`require_bucket`.
+        """
+        with self._translated(bucket, f"HEAD s3://{bucket}/{key}"):
             try:
                 response = self._client.head_object(Bucket=bucket, Key=key)
             except ClientError as exc:
@@ -62,8 +80,21 @@ class ObjectStore:
             key=key, size=int(response.get("ContentLength", 0)), metadata=dict(response.get("Metadata", {}))
         )
 
+    def require_bucket(self, bucket: str) -> None:
+        """Raise :class:`BucketNotFound` unless ``bucket`` exists at this endpoint, in this region.
+
+        HeadBucket needs s3:ListBucket, as a 404 (rather than 403) on HEAD of a missing object already does.
+        """
+        with self._translated(bucket, f"HeadBucket s3://{bucket}"):
+            try:
+                self._client.head_bucket(Bucket=bucket)
+            except ClientError as exc:
+                if _code(exc) in _MISSING_CODES:
+                    raise self._bucket_not_found(bucket, _code(exc)) from exc
+                raise
+
     def delete(self, bucket: str, keys: list[str]) -> None:
-        with _translated(f"DeleteObjects s3://{bucket}"):
+        with self._translated(bucket, f"DeleteObjects s3://{bucket}"):
             response = self._client.delete_objects(
                 Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
             )
@@ -73,21 +104,31 @@ class ObjectStore:
             message = f"DeleteObjects s3://{bucket} failed for {len(errors)} key(s): {sorted(codes)}"
             if codes & _AUTH_CODES:
                 raise AuthorizationError(message)
+            if codes & _WRONG_BUCKET_CODES:
+                raise self._bucket_not_found(bucket, ",".join(sorted(codes & _WRONG_BUCKET_CODES)))
             raise ObjectStoreUnavailable(message)
+
+    def _bucket_not_found(self, bucket: str, code: str) -> BucketNotFound:
+        where = self.endpoint_url or "AWS S3"
+        return BucketNotFound(
+            f"bucket {bucket!r} not found at {where} (region {self.region}): S3 answered {code}; check the "
+            "offload driver metadata's bucket and LEDGER_DELETION_S3_ENDPOINT / LEDGER_DELETION_S3_REGION"
+        )
+
+    @contextmanager
+    def _translated(self, bucket: str, what: str) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as exc:
+            code = _code(exc)
+            if code in _AUTH_CODES:
+                raise AuthorizationError(f"{what}: {code}") from exc
+            if code in _WRONG_BUCKET_CODES:
+                raise self._bucket_not_found(bucket, code) from exc
+            raise ObjectStoreUnavailable(f"{what}: {code or 'error'}") from exc
+        except BotoCoreError as exc:
+            raise ObjectStoreUnavailable(f"{what}: {type(exc).__name__}") from exc
 
 
 def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-@contextmanager
-def _translated(what: str) -> Iterator[None]:
-    try:
-        yield
-    except ClientError as exc:
-        code = _code(exc)
-        if code in _AUTH_CODES:
-            raise AuthorizationError(f"{what}: {code}") from exc
-        raise ObjectStoreUnavailable(f"{what}: {code or 'error'}") from exc
-    except BotoCoreError as exc:
-        raise ObjectStoreUnavailable(f"{what}: {type(exc).__name__}") from exc

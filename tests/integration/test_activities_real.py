@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.bookkeeper import BookKeeperActivities
@@ -27,7 +28,7 @@ from ledger_deletion.contracts import (
     Verdict,
     VerifyBkMetadataInput,
 )
-from ledger_deletion.errors import AuthorizationError, ConfigurationError
+from ledger_deletion.errors import AuthorizationError, BucketNotFound, ConfigurationError
 from ledger_deletion.formats import managed_ledger as ml
 from ledger_deletion.formats.bk_metadata import (
     build_pulsar_ledger_metadata,
@@ -36,13 +37,14 @@ from ledger_deletion.formats.bk_metadata import (
     schema_custom_metadata,
 )
 from ledger_deletion.formats.bk_paths import ledger_path
-from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid
+from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid, segment_object_keys
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
     LedgerType,
     OffloadContext,
     OffloadDriverMetadata,
+    OffloadSegment,
     PendingDeleteLedgerInfo,
 )
 
@@ -207,6 +209,30 @@ def offload_context(msb: int, lsb: int, bucket: str | None) -> OffloadContext:
     )
 
 
+# What BlobStoreManagedLedgerOffloader writes on every object it uploads: the broker's userMetadata plus the
+# format version (DataBlockUtils#addVersionInfo). Brokers before apache/pulsar#14907 write only this.
+PRE_14907_METADATA = {
+    "s3managedledgeroffloadersoftwareversion": "2.9.3",
+    "s3managedledgeroffloadersoftwaregitsha": "abc1234",
+    "s3managedledgeroffloaderformatversion": "1",
+}
+
+
+def pulsar_metadata(role: str, ml_name: str = ML_NAME) -> dict[str, str]:
+    """A classic offload's object metadata since apache/pulsar#14907: role and the ManagedLedgerName."""
+    return {**PRE_14907_METADATA, "pulsarclustername": "acts", "role": role, "ManagedLedgerName": ml_name}
+
+
+def put_offloaded(s3: Any, bucket: str, data: str, index: str, data_meta: Any, index_meta: Any) -> None:
+    s3.put_object(Bucket=bucket, Key=data, Body=b"data", Metadata=data_meta)
+    s3.put_object(Bucket=bucket, Key=index, Body=b"index", Metadata=index_meta)
+
+
+def existing(s3: Any, bucket: str, *keys: str) -> list[str]:
+    present = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
+    return [k for k in keys if k in present]
+
+
 @pytest.fixture(scope="module")
 def bucket(s3: Any) -> str:
     name = f"acts-{uuid.uuid4().hex[:8]}"
@@ -219,8 +245,9 @@ async def test_offloaded_objects_deleted_unrelated_untouched(stack, s3, bucket, 
     msb, lsb = 0x1234, -0x5678 - ledger_id
     data, index = ledger_object_keys(offload_uuid(msb, lsb), ledger_id)
     neighbour = ledger_object_keys(offload_uuid(msb, lsb), ledger_id + 1)[0]
-    for key in (data, index, neighbour, f"{data}-extra"):
-        s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata={"ManagedLedgerName": ML_NAME})
+    put_offloaded(s3, bucket, data, index, pulsar_metadata("data"), pulsar_metadata("index"))
+    for key in (neighbour, f"{data}-extra"):
+        s3.put_object(Bucket=bucket, Key=key, Body=b"x", Metadata=pulsar_metadata("data"))
     activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket="not-used")
     inp = DeleteOffloadInput(
         ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(msb, lsb, bucket))
@@ -248,6 +275,89 @@ async def test_offloaded_objects_of_another_topic_are_not_deleted(stack, s3, buc
     result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
     assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH
     assert len(s3.list_objects_v2(Bucket=bucket, Prefix=data)["Contents"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("data_meta", "index_meta", "why"),
+    [
+        (PRE_14907_METADATA, PRE_14907_METADATA, "no ManagedLedgerName"),
+        ({}, {}, "no ManagedLedgerName"),  # not written by Pulsar at all
+        (pulsar_metadata("data"), PRE_14907_METADATA, "no ManagedLedgerName"),  # one of the pair untagged
+        (pulsar_metadata("index"), pulsar_metadata("data"), "has role 'index'"),  # data and index swapped
+        (pulsar_metadata("data") | {"role": ""}, pulsar_metadata("index"), "has role ''"),
+        ({k: v for k, v in pulsar_metadata("data").items() if k != "role"}, pulsar_metadata("index"), "None"),
+    ],
+)
+async def test_offloaded_objects_not_proven_to_be_the_requested_ones_are_kept(
+    stack, s3, bucket, new_ledger_id, data_meta, index_meta, why
+) -> None:
+    """A missing owner tag or a wrong role fails closed, as a missing tag on a BK ledger does."""
+    ledger_id = new_ledger_id()
+    data, index = ledger_object_keys(offload_uuid(11, ledger_id), ledger_id)
+    put_offloaded(s3, bucket, data, index, data_meta, index_meta)
+    activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket=bucket)
+    inp = DeleteOffloadInput(
+        ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=offload_context(11, ledger_id, None))
+    )
+    result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH and result.deleted_keys == []
+    assert why in result.reason and "nothing deleted" in result.reason
+    assert existing(s3, bucket, data, index) == [data, index]
+
+
+@pytest.mark.parametrize("named_by", ["driver metadata", "settings"])
+async def test_a_bucket_that_is_not_there_is_an_error_not_already_deleted(
+    stack, s3, new_ledger_id, named_by
+) -> None:
+    """NoSuchBucket (a wrong bucket in the driver metadata or in our settings, or the wrong endpoint) must not
+    ack the request: BucketNotFound is raised, retried, and finally dead-lettered with the bucket named."""
+    ledger_id = new_ledger_id()
+    missing = f"acts-missing-{uuid.uuid4().hex[:8]}"
+    in_request = named_by == "driver metadata"
+    ctx = offload_context(13, ledger_id, missing if in_request else None)
+    activities = OffloadActivities(
+        ObjectStore(stack.s3_endpoint), default_bucket="not-used" if in_request else missing
+    )
+    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=ctx))
+    with pytest.raises(ApplicationError) as raised:
+        ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert raised.value.type == "BucketNotFound" and not raised.value.non_retryable
+    assert missing in str(raised.value) and stack.s3_endpoint in str(raised.value)
+
+
+def test_delete_in_a_missing_bucket_is_bucket_not_found(stack) -> None:
+    store = ObjectStore(stack.s3_endpoint)
+    with pytest.raises(BucketNotFound, match="acts-nowhere"):
+        store.delete(f"acts-nowhere-{uuid.uuid4().hex[:8]}", ["k"])
+    with pytest.raises(BucketNotFound):
+        store.require_bucket(f"acts-nowhere-{uuid.uuid4().hex[:8]}")
+
+
+async def test_streaming_offload_segments_are_never_deleted_for_one_ledger(
+    stack, s3, bucket, new_ledger_id
+) -> None:
+    """A PIP-76 segment (<uuid>, <uuid>-index) can hold entries of several ledgers: one request cannot
+    show that all of them are gone, so its objects stay, whatever their metadata says."""
+    ledger_id = new_ledger_id()
+    seg_msb, seg_lsb = 17, ledger_id
+    seg_data, seg_index = segment_object_keys(offload_uuid(seg_msb, seg_lsb))
+    put_offloaded(s3, bucket, seg_data, seg_index, pulsar_metadata("data"), pulsar_metadata("index"))
+    # The context's own uid (PIP-76: the uuid of the begin segment) with a classic pair: kept too.
+    data, index = ledger_object_keys(offload_uuid(19, ledger_id), ledger_id)
+    put_offloaded(s3, bucket, data, index, pulsar_metadata("data"), pulsar_metadata("index"))
+    ctx = OffloadContext(
+        uid_msb=19,
+        uid_lsb=ledger_id,
+        complete=True,
+        driver_metadata=OffloadDriverMetadata("aws-s3", {"bucket": bucket}),
+        offload_segment=[OffloadSegment(uid_msb=seg_msb, uid_lsb=seg_lsb, complete=True)],
+    )
+    activities = OffloadActivities(ObjectStore(stack.s3_endpoint), default_bucket=bucket)
+    inp = DeleteOffloadInput(ledger_id, ML_NAME, LedgerInfo(ledger_id, offload_context=ctx))
+    result = ActivityEnvironment().run(activities.delete_offload_segment, inp)
+    assert result.outcome is Outcome.SKIPPED_METADATA_MISMATCH and result.deleted_keys == []
+    assert "streaming-offload segment" in result.reason
+    assert existing(s3, bucket, seg_data, seg_index, data, index) == [seg_data, seg_index, data, index]
 
 
 # --- admin -----------------------------------------------------------------------------------------

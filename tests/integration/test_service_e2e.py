@@ -18,6 +18,14 @@ from temporalio.client import Client
 from devstack.cluster import SimulatedCluster
 from devstack.scenario import Scenario, build_and_mark
 from ledger_deletion.contracts import DeletionResult, Outcome
+from ledger_deletion.request import (
+    LedgerComponent,
+    LedgerInfo,
+    LedgerType,
+    OffloadContext,
+    OffloadDriverMetadata,
+    PendingDeleteLedgerInfo,
+)
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from tests.conftest import running_pools, wait_for_result, wait_until_all_acked
@@ -130,6 +138,49 @@ async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
     assert props["ledger-deletion.failed-step"] == "delete_offload_segment"
     assert props["ledger-deletion.attempts"] == "2"
     assert props["ledger-deletion.workflow-id"] == offload.workflow_id
+
+
+async def test_offload_in_a_bucket_that_is_not_there_is_dead_lettered_not_acked_as_deleted(
+    settings: Settings, temporal_client: Client, s3, stack, new_ledger_id
+) -> None:
+    """The driver metadata names a bucket the endpoint does not have: not ALREADY_DELETED (acked, objects
+    left for ever) but BucketNotFound, retried until the attempts run out, then the DLQ with the reason."""
+    nobucket = settings.with_overrides(
+        topic=f"{settings.topic}-nobucket",
+        task_queue_prefix=f"{settings.task_queue_prefix}-nobucket",
+        max_attempts=2,
+    )
+    missing = f"e2e-missing-{uuid.uuid4().hex[:8]}"
+    ledger_id = new_ledger_id()
+    request = PendingDeleteLedgerInfo(
+        f"e2e/ns-{uuid.uuid4().hex[:6]}/gone",
+        LedgerComponent.MANAGED_LEDGER,
+        LedgerType.OFFLOAD_LEDGER,
+        ledger_id,
+        context=LedgerInfo(
+            ledger_id,
+            offload_context=OffloadContext(
+                7,
+                ledger_id,
+                complete=True,
+                driver_metadata=OffloadDriverMetadata("aws-s3", {"bucket": missing}),
+            ),
+        ),
+        check_ledger_still_in_use=False,
+    )
+    async with running_pools(nobucket, temporal_client) as running:
+        with RequestPublisher(nobucket) as publisher:
+            publisher.publish(request)
+        result = await wait_for_result(temporal_client, request.workflow_id, timeout=90)
+        assert result.outcome is Outcome.DEAD_LETTERED
+        assert result.failed_step == "delete_offload_segment" and "BucketNotFound" in result.reason
+        assert result.messages_acked == 1
+        await wait_until_all_acked(running)
+    (letter,) = read_dead_letters(nobucket, count=1)
+    props = letter.properties()
+    assert props["ledger-deletion.failed-step"] == "delete_offload_segment"
+    assert props["ledger-deletion.attempts"] == "2"  # retried: the bucket might have been there the next time
+    assert missing in props["ledger-deletion.reason"]
 
 
 async def test_restarted_pulsar_pool_loses_nothing(
