@@ -13,9 +13,10 @@ streaming segments), one or two cursors with cursor ledgers (some keep their pos
 a ``__compaction`` cursor with a compacted ledger on compacted topics, and one schema (1-2 ledgers) per
 partitioned base topic. Orphans: data ledgers of live and of deleted topics, cursor, schema and compacted
 ledgers, old OPEN ledgers, v2-format metadata, long (>= 2^32) ids, offloaded objects (classic and
-segment keys). Negatives that must never be candidates: foreign ledgers (other application, no tags, v1
-metadata, corrupt bytes), a stale offload uuid of a still-referenced ledger, and — written later by
-:func:`plan_young_orphans` — orphans younger than the minimum age.
+segment keys), ledgers tagged with the pre-``pulsar/`` keys (report-only). Negatives that must never be
+candidates: foreign ledgers (other application, no tags, v1 metadata, corrupt bytes), a stale offload uuid
+of a still-referenced ledger, legacy-tagged ledgers, and — written later by :func:`plan_young_orphans` —
+orphans younger than the minimum age.
 """
 
 from __future__ import annotations
@@ -98,7 +99,7 @@ class GroundTruth:
 
     bk_candidates: dict[int, str] = field(default_factory=dict)  # ledger id -> LedgerComponent value
     offload_candidates: set[tuple[str, int]] = field(default_factory=set)  # (uuid, ledger id)
-    report_only_ledgers: set[int] = field(default_factory=set)  # compacted-ledger orphans
+    report_only_ledgers: set[int] = field(default_factory=set)  # compacted and legacy-tagged orphans
     report_only_objects: set[str] = field(default_factory=set)  # segment orphans, owner unknown
     excluded_ledgers: dict[int, str] = field(default_factory=dict)  # id -> reason (foreign, young, ...)
     excluded_objects: dict[str, str] = field(default_factory=dict)  # key -> reason
@@ -327,6 +328,23 @@ class _Planner:
         )
         self.plan.truth.report_only_ledgers.add(ledger_id)
 
+    def orphan_legacy(self) -> None:
+        """Orphans tagged by an early LedgerMetadataUtils (keys without ``pulsar/``): the deletion service
+        does not accept those tags, so they are report-only, never candidates."""
+        topic = self.rnd.choice(self.topics)
+        base = {"application": "pulsar", "component": "managed-ledger"}
+        for custom in (
+            {**base, "psr/managed-ledger": topic.ml_name},
+            {**base, "psr/managed-ledger": topic.ml_name, "psr/cursor": "my-subscription"},
+            {"application": "pulsar", "component": "schema", "schemaId": self.rnd.choice(self.schema_ids)},
+            {
+                **base,
+                "compactedTopic": "persistent://" + topic.ml_name.replace("/persistent/", "/"),
+                "compactedTo": "\x08\x01\x10\x02",
+            },
+        ):
+            self.plan.truth.report_only_ledgers.add(self.ledger(self.ids.new(), custom))
+
     def deleted_topic(self, tenant: str, namespace: str) -> None:
         """A topic deleted while BK/S3 deletes failed: its ledgers, cursor ledger, offloaded data remain."""
         ml_name = f"{tenant}/{namespace}/persistent/deleted-{self.rnd.getrandbits(32):08x}"
@@ -451,6 +469,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         p.foreign(i % 4)
     p.special_objects()
     p.broken_owner()
+    p.orphan_legacy()  # last: the ids and choices of everything above stay what they were
     return p.plan
 
 

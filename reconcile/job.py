@@ -57,7 +57,7 @@ from reconcile.extract import (
     ExtractResult,
     extract_all,
 )
-from reconcile.report import ReportRow, render_chart, render_table, rows_from_summary, totals
+from reconcile.report import ReportRow, human_bytes, render_chart, render_table, rows_from_summary, totals
 
 __all__ = ["JobConfig", "JobResult", "main", "parse_duration", "run", "spark_session"]
 
@@ -68,6 +68,16 @@ REPORT_PNG = "report.png"
 SUMMARY_JSON = "summary.json"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+# Legacy-tagged ledgers listed by id in summary.json (findings.parquet has them all).
+LEGACY_LISTED = 1000
+# Why a report-only finding is not submitted, as the operator is told (reasons from reconcile.transform).
+REPORT_ONLY_WHY = {
+    "legacy-tags-not-accepted": "tagged with the early (2019) keys psr/managed-ledger, psr/cursor, schemaId, "
+    "compactedTopic, which the deletion service does not accept as proof of ownership",
+    "compacted-ledger-has-no-request-type": "compacted ledgers: the request has no component for them",
+    "segment-ledger-unknown": "streaming-offload segments: the key carries no ledger id",
+    "owner-unknown": "offloaded objects whose topic cannot be told",
+}
 
 
 def parse_duration(text: str) -> float:
@@ -111,6 +121,9 @@ class JobResult:
     summary: list[ReportRow] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     published: int = 0
+    # Orphans found but not submitted: reason -> (count, bytes); and the legacy-tagged ones by id.
+    report_only: dict[str, tuple[int, int]] = field(default_factory=dict)
+    legacy_tagged: list[dict[str, Any]] = field(default_factory=list)
 
 
 def spark_session(
@@ -217,8 +230,23 @@ def run(
         findings.write.mode("overwrite").parquet(str(out / FINDINGS_PARQUET))
         findings = spark.read.parquet(str(out / FINDINGS_PARQUET))
         progress.update(task, advance=1)
-        candidate_rows = [r.asDict() for r in findings.where(F.col("status") == "candidate").collect()]
+        candidate_rows = [r.asDict() for r in findings.where(F.col("status") == T.CANDIDATE).collect()]
         summary = rows_from_summary(r.asDict() for r in T.summarize(findings).collect())
+        report_only = {
+            str(r["reason"]): (int(r["count"]), int(r["bytes"] or 0))
+            for r in findings.where(F.col("status") == T.REPORT_ONLY)
+            .groupBy("reason")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
+            .collect()
+        }
+        legacy_tagged = [
+            r.asDict()
+            for r in findings.where(F.col("reason") == T.LEGACY_TAGS_REASON)
+            .select("ledger_id", "component", "topic_name", "cursor_name", "bytes")
+            .orderBy("ledger_id")
+            .limit(LEGACY_LISTED)
+            .collect()
+        ]
         progress.update(task, advance=1)
 
     # 3. outputs --------------------------------------------------------------------------------------
@@ -235,6 +263,11 @@ def run(
                     "extracted_rows": extracted.rows,
                     "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
                     "requests": len(requests),
+                    "report_only": {
+                        reason: {"count": c, "bytes": b, "why": REPORT_ONLY_WHY.get(reason, reason)}
+                        for reason, (c, b) in sorted(report_only.items())
+                    },
+                    "legacy_tagged": legacy_tagged,
                     "rejected": [
                         {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in rejected
                     ],
@@ -248,7 +281,29 @@ def run(
         console.print(
             f"[yellow]not a valid request, left out:[/yellow] {item.finding.get('ledger_id')}: {item.reason}"
         )
-    result = JobResult(out, cutoff_ms, extracted, requests, rejected, summary, timings)
+    for reason, (count, size) in sorted(report_only.items()):
+        console.print(
+            f"[yellow]not submitted ({reason}):[/yellow] {count} orphans, {human_bytes(size)}: "
+            f"{REPORT_ONLY_WHY.get(reason, reason)}"
+        )
+    if legacy_tagged:
+        ids = ", ".join(str(r["ledger_id"]) for r in legacy_tagged[:20])
+        more = " ..." if report_only.get(T.LEGACY_TAGS_REASON, (0, 0))[0] > 20 else ""
+        console.print(
+            f"  legacy-tagged ledgers: {ids}{more} "
+            f"({SUMMARY_JSON} lists up to {LEGACY_LISTED}, {FINDINGS_PARQUET} has all)"
+        )
+    result = JobResult(
+        out,
+        cutoff_ms,
+        extracted,
+        requests,
+        rejected,
+        summary,
+        timings,
+        report_only=report_only,
+        legacy_tagged=legacy_tagged,
+    )
 
     # 4. submit ---------------------------------------------------------------------------------------
     if publish is not None and requests:

@@ -5,7 +5,9 @@ offloaded ledger (group of objects) that nothing references, each with a ``statu
 
 * ``candidate`` — an orphan to hand to the deletion service (which re-checks everything before deleting);
 * ``report-only`` — an orphan the service has no request type for (compacted ledgers, streaming-offload
-  segments whose key carries no ledger id, objects whose owner cannot be told): reported, never submitted;
+  segments whose key carries no ledger id, objects whose owner cannot be told), or whose tags the service
+  does not accept as proof of ownership (the pre-release keys, see :data:`LEGACY_KEYS`): reported, never
+  submitted;
 * ``excluded`` — kept by a safety rule, named in ``reason``.
 
 Safety rules, in order (the first that applies is the reason):
@@ -38,6 +40,8 @@ from pyspark.sql.types import (
 __all__ = [
     "BK_LEDGERS_SCHEMA",
     "FINDINGS_COLUMNS",
+    "LEGACY_KEYS",
+    "LEGACY_TAGS_REASON",
     "OFFLOAD_CONTEXTS_SCHEMA",
     "OFFLOAD_OBJECTS_SCHEMA",
     "OFFLOAD_OWNERS_SCHEMA",
@@ -139,6 +143,23 @@ _ML_NAME = r"^(.+)/persistent/([^/]+)$"
 CANDIDATE, REPORT_ONLY, EXCLUDED = "candidate", "report-only", "excluded"
 _COMPONENT_TO_REQUEST = {"data": "MANAGED_LEDGER", "cursor": "MANAGED_CURSOR", "schema": "SCHEMA_STORAGE"}
 
+# Column -> the key an early LedgerMetadataUtils wrote for it (the class came with apache/pulsar#3525, early
+# 2019; that version and the cookbooks-bookkeepermetadata page of the time both name them), before the keys
+# got their ``pulsar/`` prefix: ledgers tagged by a broker of that time carry these instead of the current
+# ones (a short window: the 2.3.0 docs already list the ``pulsar/`` keys; see docs/reconcile.md). The deletion
+# service's metadata check (activities/bookkeeper.py ``judge``) accepts only the current keys, so a request
+# for such a ledger would always end SKIPPED_METADATA_MISMATCH. They are read to say what the ledger is,
+# and the finding is ``report-only`` (LEGACY_TAGS_REASON), never a candidate. (Back then compacted ledgers
+# had ``component=managed-ledger`` plus ``compactedTopic``: see classify_bk_ledgers.)
+LEGACY_KEYS = {
+    "managed_ledger": "psr/managed-ledger",
+    "cursor_name": "psr/cursor",
+    "schema_id": "schemaId",
+    "compacted_topic": "compactedTopic",
+}
+LEGACY_TAGS_REASON = "legacy-tags-not-accepted"
+_REPORT_ONLY_BK_REASONS = (LEGACY_TAGS_REASON, "compacted-ledger-has-no-request-type")
+
 
 def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
     """``CASE WHEN c1 THEN v1 WHEN c2 THEN v2 ... ELSE default END``."""
@@ -181,35 +202,47 @@ def _with_tenant(df: DataFrame) -> DataFrame:
 
 
 def classify_bk_ledgers(bk: DataFrame) -> DataFrame:
-    """Add ``component`` (data|cursor|schema|compacted|unknown), ``topic_name``, ``tenant``, ``namespace``.
-
-    Tags come from the Pulsar custom metadata; the older un-prefixed keys (``psr/managed-ledger``,
-    ``psr/cursor``, ``schemaId``, ``compactedTopic``) are read when the current ones are absent.
+    """Add ``component`` (data|cursor|schema|compacted|unknown), ``topic_name``, ``tenant``, ``namespace``,
+    and ``legacy_tags``: true when a tag that names the owner of this component came from a
+    :data:`LEGACY_KEYS` key (read only when the current key is absent).
     """
     custom = F.col("custom")
-    df = (
-        bk.withColumn("managed_ledger", F.coalesce("managed_ledger", custom.getItem("psr/managed-ledger")))
-        .withColumn("cursor_name", F.coalesce("cursor_name", custom.getItem("psr/cursor")))
-        .withColumn("schema_id", F.coalesce("schema_id", custom.getItem("schemaId")))
-        .withColumn("compacted_topic", F.coalesce("compacted_topic", custom.getItem("compactedTopic")))
-    )
+    df = bk
+    for column, key in LEGACY_KEYS.items():
+        from_legacy = F.col(column).isNull() & custom.getItem(key).isNotNull()
+        df = df.withColumn(f"_legacy_{column}", F.coalesce(from_legacy, F.lit(False))).withColumn(
+            column, F.coalesce(column, custom.getItem(key))
+        )
     component = F.col("component")
     df = df.withColumn(
         "component",
         F.when(component == "schema", "schema")
         .when(component.isin("compacted-ledger", "compacted-topic"), "compacted")
+        # How that early LedgerMetadataUtils tagged compacted ledgers (no topic-data tag, so never data).
+        .when((component == "managed-ledger") & F.col("compacted_topic").isNotNull(), "compacted")
         .when((component == "managed-ledger") & F.col("cursor_name").isNotNull(), "cursor")
         .when(component == "managed-ledger", "data")
         .otherwise("unknown"),
     )
+    component = F.col("component")
+    # Only the tags the service would compare for this component count: a stray legacy key next to
+    # complete current tags does not stop a request the service accepts.
+    df = df.withColumn(
+        "legacy_tags",
+        F.when(component == "schema", F.col("_legacy_schema_id"))
+        .when(component == "compacted", F.col("_legacy_compacted_topic"))
+        .when(component == "cursor", F.col("_legacy_managed_ledger") | F.col("_legacy_cursor_name"))
+        .when(component == "data", F.col("_legacy_managed_ledger"))
+        .otherwise(F.lit(False)),
+    ).drop(*(f"_legacy_{column}" for column in LEGACY_KEYS))
     df = df.withColumn(
         "topic_name",
-        F.when(F.col("component") == "schema", F.col("schema_id"))
+        F.when(component == "schema", F.col("schema_id"))
         .when(
-            F.col("component") == "compacted",
+            component == "compacted",
             F.regexp_replace(F.col("compacted_topic"), r"^(non-)?persistent://", ""),
         )
-        .when(F.col("component").isin("data", "cursor"), _topic_of_ml(F.col("managed_ledger"))),
+        .when(component.isin("data", "cursor"), _topic_of_ml(F.col("managed_ledger"))),
     )
     return _with_tenant(df)
 
@@ -239,13 +272,15 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
             ),
             (component == "unknown", "unknown-component"),
             (F.col("topic_name").isNull(), "owner-unknown"),
+            # Before the compacted rule: even with a compacted request type the service would refuse these.
+            (F.col("legacy_tags"), LEGACY_TAGS_REASON),
             (component == "compacted", "compacted-ledger-has-no-request-type"),
         ],
         F.lit(None).cast(StringType()),
     )
     status = (
         F.when(F.col("reason").isNull(), F.lit(CANDIDATE))
-        .when(F.col("reason") == "compacted-ledger-has-no-request-type", F.lit(REPORT_ONLY))
+        .when(F.col("reason").isin(*_REPORT_ONLY_BK_REASONS), F.lit(REPORT_ONLY))
         .otherwise(F.lit(EXCLUDED))
     )
     mapping = F.create_map(*[F.lit(x) for kv in _COMPONENT_TO_REQUEST.items() for x in kv])
@@ -372,9 +407,10 @@ def attach_offload_owners(
 ) -> DataFrame:
     """Fill the owner of offload findings: the objects' ``ManagedLedgerName`` user metadata (``owners``:
     bucket, uuid, ledger_id, managed_ledger), else the BK ledger of the same id's ``pulsar/managed-ledger``
-    tag. A candidate whose owner stays unknown becomes ``report-only`` (``owner-unknown``); one whose
-    owner's metadata did not decode (its offload contexts are unknown) is ``excluded``
-    (``owner-metadata-unreadable``).
+    tag (or its legacy ``psr/managed-ledger``: here it only names the topic, as the service checks an
+    offload request against the objects' own metadata, never the BK tags). A candidate whose owner stays
+    unknown becomes ``report-only`` (``owner-unknown``); one whose owner's metadata did not decode (its
+    offload contexts are unknown) is ``excluded`` (``owner-metadata-unreadable``).
     """
     own = owners.select(
         F.col("bucket").alias("_o_bucket"),

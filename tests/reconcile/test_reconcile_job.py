@@ -179,6 +179,21 @@ def test_output_files(result: Any) -> None:
     assert summary["totals"]["candidate"]["count"] == len(result.requests)
 
 
+def test_legacy_tagged_orphans_are_reported_not_submitted(cluster: dict[str, Any], result: Any) -> None:
+    """The generated legacy-tagged orphans (psr/..., schemaId, compactedTopic) would all end
+    SKIPPED_METADATA_MISMATCH: none is a request, and the operator is shown each of them."""
+    truth = cluster["truth"]
+    requested = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.LEDGER}
+    listed = {r["ledger_id"]: r["component"] for r in result.legacy_tagged}
+    assert sorted(listed.values()) == ["compacted", "cursor", "data", "schema"]
+    assert set(listed) <= truth.report_only_ledgers
+    assert not set(listed) & requested
+    assert result.report_only["legacy-tags-not-accepted"][0] == len(listed)
+    summary = json.loads((result.out / "summary.json").read_text())
+    assert summary["report_only"]["legacy-tags-not-accepted"]["count"] == len(listed)
+    assert {r["ledger_id"] for r in summary["legacy_tagged"]} == set(listed)
+
+
 def test_offload_keys_of_requests_exist(cluster: dict[str, Any], result: Any, s3: Any) -> None:
     """What the service will delete for an OFFLOAD_LEDGER request is exactly the orphan's objects."""
     for request in result.requests:

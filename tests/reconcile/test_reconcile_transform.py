@@ -124,7 +124,7 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
         19: ("excluded", "open-recently-modified"),
         20: ("candidate", None),
         21: ("excluded", "owner-metadata-unreadable"),
-        22: ("candidate", None),
+        22: ("report-only", "legacy-tags-not-accepted"),  # psr/managed-ledger: the service refuses it
         23: ("excluded", "unknown-component"),
     }
     expected = spark.createDataFrame(
@@ -169,6 +169,48 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
     )
     actual = findings.where(F.col("ledger_id").isin(10, 11, 12, 13)).select(*expected.columns)
     assertDataFrameEqual(actual, expected)
+
+
+def test_legacy_tagged_ledgers_are_reported_never_candidates(spark: Any) -> None:
+    """Ledgers tagged with an early LedgerMetadataUtils' keys: the service's metadata check (``judge``)
+    accepts only the ``pulsar/`` ones, so a request for them would always end SKIPPED_METADATA_MISMATCH."""
+    app = {"application": "pulsar"}
+    ml_tags = {**app, "component": "managed-ledger"}
+    bk, refs, ctxs, _ = frames(
+        spark,
+        [
+            ledger(50, {**ml_tags, "psr/managed-ledger": ML}),
+            ledger(51, {**ml_tags, "psr/managed-ledger": ML, "psr/cursor": "my-sub"}),
+            ledger(52, {**ml_tags, "pulsar/managed-ledger": ML, "psr/cursor": "my-sub"}),  # half legacy
+            ledger(53, {**app, "component": "schema", "schemaId": "public/default/orders"}),
+            # Compacted ledgers of that time: component managed-ledger, no topic-data tag.
+            ledger(54, {**ml_tags, "compactedTopic": "persistent://public/default/orders"}),
+            ledger(55, {**data_tags(), "schemaId": "x/y/z"}),  # a stray legacy key the service never reads
+            ledger(56, {**data_tags(), "psr/managed-ledger": "other/ns/persistent/t"}),  # current key wins
+            ledger(57, {**ml_tags, "psr/managed-ledger": ML}, ctime_ms=YOUNG, mtime_ms=YOUNG),
+        ],
+    )
+    findings = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF)
+    got = {
+        r["ledger_id"]: (r["status"], r["reason"], r["component"], r["topic_name"])
+        for r in findings.collect()
+    }
+    legacy = ("report-only", "legacy-tags-not-accepted")
+    orders_1 = "public/default/orders-partition-1"
+    assert got == {
+        50: (*legacy, "data", orders_1),
+        51: (*legacy, "cursor", orders_1),
+        52: (*legacy, "cursor", orders_1),
+        53: (*legacy, "schema", "public/default/orders"),
+        54: (*legacy, "compacted", "public/default/orders"),
+        55: ("candidate", None, "data", orders_1),
+        56: ("candidate", None, "data", orders_1),
+        57: ("excluded", "too-young", "data", orders_1),  # the safety rules still come first
+    }
+    from reconcile.job import REPORT_ONLY_WHY
+
+    assert legacy[1] == T.LEGACY_TAGS_REASON
+    assert legacy[1] in REPORT_ONLY_WHY  # the operator is told why they were not submitted
 
 
 def test_offload_findings_match_both_key_variants_and_group_objects(spark: Any) -> None:
