@@ -46,6 +46,7 @@ OFFLOAD_DRIVER = "aws-s3"
 SOURCE_PROPERTY = "source"
 SOURCE = "reconcile"
 MANAGED_LEDGER_NAME_META = "managedledgername"  # S3 hands user metadata keys back lower-cased
+ROLE_META = "role"
 
 
 @dataclass(frozen=True)
@@ -121,25 +122,48 @@ def write_avro(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:
 
 def head_owners(
     s3: Any, groups: Sequence[tuple[str, str, int | None, Sequence[str]]], threads: int = 16
-) -> list[tuple[str, str, int | None, str | None]]:
-    """(bucket, uuid, ledger id, ManagedLedgerName) for each (bucket, uuid, ledger id, keys) group.
+) -> list[tuple[str, str, int | None, str | None, bool, bool]]:
+    """One owners row (:data:`reconcile.transform.OFFLOAD_OWNERS_SCHEMA`) per (bucket, uuid, ledger id, keys)
+    group: bucket, uuid, ledger id, ``managed_ledger``, ``untagged``, ``conflicting``.
 
-    The listing does not carry user metadata, so only the offload candidates are HEADed (data key first);
-    ``None`` when no object of the group has the metadata (or all vanished meanwhile).
+    The listing carries no user metadata, so the offload candidates are HEADed here, every object of a group:
+    the deletion service (``activities/offload.py``, ``_ownership_problem``) deletes the pair only when each
+    object that still exists carries ``ManagedLedgerName`` equal to the request's managed ledger and the
+    ``role`` its key calls for, and a group that fails that would only come back SKIPPED_METADATA_MISMATCH.
+
+    * ``managed_ledger``: the data object's ManagedLedgerName, else another object's; ``None`` when no object
+      has one (or all vanished meanwhile);
+    * ``untagged``: an object has no ManagedLedgerName, or not the role its key calls for (``data`` for
+      ``…-ledger-<id>``, ``index`` for ``…-index``) — as objects offloaded before apache/pulsar#14907 are;
+    * ``conflicting``: the objects name different managed ledgers.
+
+    An object that vanished meanwhile counts for nothing, as for the service (it deletes those that exist).
     """
     from botocore.exceptions import ClientError
 
-    def one(group: tuple[str, str, int | None, Sequence[str]]) -> tuple[str, str, int | None, str | None]:
+    def one(
+        group: tuple[str, str, int | None, Sequence[str]],
+    ) -> tuple[str, str, int | None, str | None, bool, bool]:
         bucket, uid, ledger_id, keys = group
-        for key in sorted(keys, key=lambda k: k.endswith("-index")):
+        names: list[str] = []
+        untagged = False
+        for key in sorted(keys, key=lambda k: k.endswith("-index")):  # data first: its name is the owner
             try:
                 head = s3.head_object(Bucket=bucket, Key=key)
             except ClientError:
                 continue
             meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
-            if meta.get(MANAGED_LEDGER_NAME_META):
-                return bucket, uid, ledger_id, str(meta[MANAGED_LEDGER_NAME_META])
-        return bucket, uid, ledger_id, None
+            name = meta.get(MANAGED_LEDGER_NAME_META)
+            if name:
+                names.append(str(name))
+            if not name or meta.get(ROLE_META) != _role_of(key):
+                untagged = True
+        return bucket, uid, ledger_id, (names[0] if names else None), untagged, len(set(names)) > 1
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(one, groups))
+
+
+def _role_of(key: str) -> str:
+    """The ``role`` Pulsar writes on the object under ``key`` (the service's ``_role_of``, same rule)."""
+    return "index" if key.endswith("-index") else "data"

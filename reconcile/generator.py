@@ -15,8 +15,13 @@ partitioned base topic. Orphans: data ledgers of live and of deleted topics, cur
 ledgers, old OPEN ledgers, v2-format metadata, long (>= 2^32) ids, offloaded objects (classic and
 segment keys), ledgers tagged with the pre-``pulsar/`` keys (report-only). Negatives that must never be
 candidates: foreign ledgers (other application, no tags, v1 metadata, corrupt bytes), a stale offload uuid
-of a still-referenced ledger, legacy-tagged ledgers, and — written later by :func:`plan_young_orphans` —
-orphans younger than the minimum age.
+of a still-referenced ledger, legacy-tagged ledgers, offloaded objects without ``ManagedLedgerName`` (from
+a broker before apache/pulsar#14907, owner told only by the BK ledger's tag), and — written later by
+:func:`plan_young_orphans` — orphans younger than the minimum age.
+
+Objects carry the user metadata Pulsar writes (``BlobStoreManagedLedgerOffloader``): the format version
+always; ``role`` (data|index) and ``ManagedLedgerName`` on classic offloads since apache/pulsar#14907; the
+streaming offloader (segments) writes neither.
 """
 
 from __future__ import annotations
@@ -100,7 +105,7 @@ class GroundTruth:
     bk_candidates: dict[int, str] = field(default_factory=dict)  # ledger id -> LedgerComponent value
     offload_candidates: set[tuple[str, int]] = field(default_factory=set)  # (uuid, ledger id)
     report_only_ledgers: set[int] = field(default_factory=set)  # compacted and legacy-tagged orphans
-    report_only_objects: set[str] = field(default_factory=set)  # segment orphans, owner unknown
+    report_only_objects: set[str] = field(default_factory=set)  # segment orphans, owner unknown, untagged
     excluded_ledgers: dict[int, str] = field(default_factory=dict)  # id -> reason (foreign, young, ...)
     excluded_objects: dict[str, str] = field(default_factory=dict)  # key -> reason
     referenced: set[int] = field(default_factory=set)
@@ -186,10 +191,13 @@ class _Planner:
         return ledger_id
 
     def objects_for(self, keys: Iterable[str], ml_name: str | None) -> None:
+        """Objects under ``keys`` (data, then index) as a classic offload by a broker since
+        apache/pulsar#14907 writes them, with ``role`` and ``ManagedLedgerName``; ``ml_name`` None: as a
+        broker before it, or the streaming offloader, writes them: the format version only."""
         for i, key in enumerate(keys):
-            meta = {"s3managedledgeroffloaderformatversion": "1", "role": "index" if i else "data"}
+            meta = {"s3managedledgeroffloaderformatversion": "1"}
             if ml_name is not None:
-                meta["ManagedLedgerName"] = ml_name
+                meta.update({"role": "index" if i else "data", "ManagedLedgerName": ml_name})
             size = self.rnd.randint(64, 256) if i else self.rnd.randint(512, 2048)
             self.plan.objects.append((key, size, meta))
 
@@ -236,7 +244,7 @@ class _Planner:
                         assignedTimestamp=li.timestamp,
                         offloadedTimestamp=ctx.timestamp,
                     )
-                    self.objects_for(segment_object_keys(seg_uuid), ml_name)
+                    self.objects_for(segment_object_keys(seg_uuid), None)  # no owner tags on segments
                 else:
                     off_uuid = self.uuid()
                     ctx.uidMsb, ctx.uidLsb = java_uuid_parts(off_uuid)
@@ -372,9 +380,10 @@ class _Planner:
         keys = ledger_object_keys(off_uuid, ledger_id)
         self.objects_for(keys, None)
         self.plan.truth.report_only_objects.update(keys)
-        # Segment orphan: the key carries no ledger id.
+        # Segment orphan: the key carries no ledger id (nor the objects any owner tag).
         keys = segment_object_keys(self.uuid())
-        self.objects_for(keys, self.rnd.choice(self.topics).ml_name)
+        self.rnd.choice(self.topics)  # drawn as ever, so that everything generated after it stays the same
+        self.objects_for(keys, None)
         self.plan.truth.report_only_objects.update(keys)
         # Stale uuid of a failed earlier offload attempt of a ledger that is still referenced.
         topic = self.rnd.choice(self.topics)
@@ -385,6 +394,19 @@ class _Planner:
         # Not an offload object at all.
         self.objects_for(["README.txt"], None)
         self.plan.truth.excluded_objects["README.txt"] = "unrecognized-key"
+
+    def untagged_offload(self) -> None:
+        """Orphan objects offloaded by a broker before apache/pulsar#14907 (no ManagedLedgerName, no role),
+        with the BK copy of the ledger still there to tell the topic: the service cannot prove the objects
+        are that topic's and would skip the request, so they are report-only (``objects-untagged``); the BK
+        ledger itself is an ordinary candidate."""
+        topic = self.rnd.choice(self.topics)
+        ledger_id = self.ids.new()
+        keys = ledger_object_keys(self.uuid(), ledger_id)
+        self.objects_for(keys, None)
+        self.plan.truth.report_only_objects.update(keys)
+        self.ledger(ledger_id, managed_ledger_custom_metadata(topic.ml_name))
+        self.plan.truth.bk_candidates[ledger_id] = "MANAGED_LEDGER"
 
     def broken_owner(self) -> None:
         """A managed ledger whose record does not decode: nothing it may reference can be judged."""
@@ -469,7 +491,8 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         p.foreign(i % 4)
     p.special_objects()
     p.broken_owner()
-    p.orphan_legacy()  # last: the ids and choices of everything above stay what they were
+    p.orphan_legacy()  # late: the ids and choices of everything above stay what they were
+    p.untagged_offload()  # last, for the same reason
     return p.plan
 
 

@@ -68,8 +68,10 @@ REPORT_PNG = "report.png"
 SUMMARY_JSON = "summary.json"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-# Legacy-tagged ledgers listed by id in summary.json (findings.parquet has them all).
+# Legacy-tagged ledgers listed by id, and offloads the service cannot prove the owner of listed by key, in
+# summary.json (findings.parquet has them all).
 LEGACY_LISTED = 1000
+UNPROVEN_LISTED = 1000
 # Why a report-only finding is not submitted, as the operator is told (reasons from reconcile.transform).
 REPORT_ONLY_WHY = {
     "legacy-tags-not-accepted": "tagged with the early (2019) keys psr/managed-ledger, psr/cursor, schemaId, "
@@ -77,6 +79,10 @@ REPORT_ONLY_WHY = {
     "compacted-ledger-has-no-request-type": "compacted ledgers: the request has no component for them",
     "segment-ledger-unknown": "streaming-offload segments: the key carries no ledger id",
     "owner-unknown": "offloaded objects whose topic cannot be told",
+    "objects-untagged": "the objects carry no ManagedLedgerName (offloaded before apache/pulsar#14907) or no "
+    "data/index role: the service cannot prove their owner, remove them by hand after checking",
+    "objects-owner-conflict": "the objects of one offloaded ledger name different managed ledgers in "
+    "ManagedLedgerName: the service deletes neither, remove them by hand after checking",
 }
 
 
@@ -124,6 +130,9 @@ class JobResult:
     # Orphans found but not submitted: reason -> (count, bytes); and the legacy-tagged ones by id.
     report_only: dict[str, tuple[int, int]] = field(default_factory=dict)
     legacy_tagged: list[dict[str, Any]] = field(default_factory=list)
+    # Offloaded objects whose metadata does not prove their owner (objects-untagged, objects-owner-conflict),
+    # by key: the service will never delete them, an operator has to.
+    unproven_offloads: list[dict[str, Any]] = field(default_factory=list)
 
 
 def spark_session(
@@ -247,6 +256,15 @@ def run(
             .limit(LEGACY_LISTED)
             .collect()
         ]
+        unproven = F.col("reason").isin(T.OBJECTS_UNTAGGED_REASON, T.OBJECTS_CONFLICT_REASON)
+        unproven_offloads = [
+            r.asDict()
+            for r in findings.where(unproven)
+            .select("reason", "bucket", "keys", "ledger_id", "topic_name", "bytes")
+            .orderBy("bucket", "uuid", "ledger_id")
+            .limit(UNPROVEN_LISTED)
+            .collect()
+        ]
         progress.update(task, advance=1)
 
     # 3. outputs --------------------------------------------------------------------------------------
@@ -268,6 +286,7 @@ def run(
                         for reason, (c, b) in sorted(report_only.items())
                     },
                     "legacy_tagged": legacy_tagged,
+                    "unproven_offloads": unproven_offloads,
                     "rejected": [
                         {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in rejected
                     ],
@@ -293,6 +312,13 @@ def run(
             f"  legacy-tagged ledgers: {ids}{more} "
             f"({SUMMARY_JSON} lists up to {LEGACY_LISTED}, {FINDINGS_PARQUET} has all)"
         )
+    if unproven_offloads:
+        keys = ", ".join(f"s3://{r['bucket']}/{r['keys'][0]}" for r in unproven_offloads[:5])
+        more = " ..." if len(unproven_offloads) > 5 else ""
+        console.print(
+            f"  offloads to check by hand: {keys}{more} "
+            f"({SUMMARY_JSON} lists up to {UNPROVEN_LISTED} with their keys, {FINDINGS_PARQUET} has all)"
+        )
     result = JobResult(
         out,
         cutoff_ms,
@@ -303,6 +329,7 @@ def run(
         timings,
         report_only=report_only,
         legacy_tagged=legacy_tagged,
+        unproven_offloads=unproven_offloads,
     )
 
     # 4. submit ---------------------------------------------------------------------------------------

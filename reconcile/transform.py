@@ -6,8 +6,8 @@ offloaded ledger (group of objects) that nothing references, each with a ``statu
 * ``candidate`` — an orphan to hand to the deletion service (which re-checks everything before deleting);
 * ``report-only`` — an orphan the service has no request type for (compacted ledgers, streaming-offload
   segments whose key carries no ledger id, objects whose owner cannot be told), or whose tags the service
-  does not accept as proof of ownership (the pre-release keys, see :data:`LEGACY_KEYS`): reported, never
-  submitted;
+  does not accept as proof of ownership (the pre-release keys, see :data:`LEGACY_KEYS`; offloaded objects
+  without ``ManagedLedgerName``/``role``, see :func:`attach_offload_owners`): reported, never submitted;
 * ``excluded`` — kept by a safety rule, named in ``reason``.
 
 Safety rules, in order (the first that applies is the reason):
@@ -42,6 +42,8 @@ __all__ = [
     "FINDINGS_COLUMNS",
     "LEGACY_KEYS",
     "LEGACY_TAGS_REASON",
+    "OBJECTS_CONFLICT_REASON",
+    "OBJECTS_UNTAGGED_REASON",
     "OFFLOAD_CONTEXTS_SCHEMA",
     "OFFLOAD_OBJECTS_SCHEMA",
     "OFFLOAD_OWNERS_SCHEMA",
@@ -110,6 +112,8 @@ OFFLOAD_OWNERS_SCHEMA = StructType(
         StructField("uuid", StringType(), False),
         StructField("ledger_id", LongType()),
         StructField("managed_ledger", StringType()),
+        StructField("untagged", BooleanType()),
+        StructField("conflicting", BooleanType()),
     ]
 )
 
@@ -159,6 +163,12 @@ LEGACY_KEYS = {
 }
 LEGACY_TAGS_REASON = "legacy-tags-not-accepted"
 _REPORT_ONLY_BK_REASONS = (LEGACY_TAGS_REASON, "compacted-ledger-has-no-request-type")
+# Offload candidates whose objects' user metadata does not prove their owner the way the deletion service
+# demands (activities/offload.py ``_ownership_problem``: every existing object carries ManagedLedgerName =
+# the request's managed ledger and role = data|index for its key): a request would always end
+# SKIPPED_METADATA_MISMATCH with nothing deleted, so they are report-only, left to an operator.
+OBJECTS_UNTAGGED_REASON = "objects-untagged"
+OBJECTS_CONFLICT_REASON = "objects-owner-conflict"
 
 
 def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
@@ -405,18 +415,25 @@ def offload_findings(
 def attach_offload_owners(
     findings: DataFrame, owners: DataFrame, bk: DataFrame, references: DataFrame
 ) -> DataFrame:
-    """Fill the owner of offload findings: the objects' ``ManagedLedgerName`` user metadata (``owners``:
-    bucket, uuid, ledger_id, managed_ledger), else the BK ledger of the same id's ``pulsar/managed-ledger``
-    tag (or its legacy ``psr/managed-ledger``: here it only names the topic, as the service checks an
-    offload request against the objects' own metadata, never the BK tags). A candidate whose owner stays
-    unknown becomes ``report-only`` (``owner-unknown``); one whose owner's metadata did not decode (its
-    offload contexts are unknown) is ``excluded`` (``owner-metadata-unreadable``).
+    """Fill the owner of offload findings: the objects' ``ManagedLedgerName`` user metadata (``owners``, see
+    :data:`OFFLOAD_OWNERS_SCHEMA` and :func:`reconcile.candidates.head_owners`), else the BK ledger of the
+    same id's ``pulsar/managed-ledger`` tag (or its legacy ``psr/managed-ledger``: here it only names the
+    topic, as the service checks an offload request against the objects' own metadata, never the BK tags).
+
+    Candidates, first rule that applies: one whose owner's metadata did not decode (its offload contexts are
+    unknown) is ``excluded`` (``owner-metadata-unreadable``); then ``report-only``: owner still unknown
+    (``owner-unknown``); an object without ``ManagedLedgerName`` or the role its key calls for, so the owner
+    is at best the BK tag's (:data:`OBJECTS_UNTAGGED_REASON`); objects naming different managed ledgers
+    (:data:`OBJECTS_CONFLICT_REASON`). ``owners`` should have a row for every offload candidate: without one
+    the objects' metadata is unknown here and the BK tag alone decides, the service checking the rest.
     """
     own = owners.select(
         F.col("bucket").alias("_o_bucket"),
         F.col("uuid").alias("_o_uuid"),
         F.col("ledger_id").alias("_o_ledger"),
         F.col("managed_ledger").alias("_o_ml"),
+        F.col("untagged").alias("_o_untagged"),
+        F.col("conflicting").alias("_o_conflicting"),
     )
     bk_owner = (
         classify_bk_ledgers(bk)
@@ -442,14 +459,21 @@ def attach_offload_owners(
     candidate = is_offload & (F.col("status") == CANDIDATE)
     unreadable = candidate & F.col("_bad").isNotNull()
     unknown = candidate & F.col("topic_name").isNull()
+    # Null where no owners row joined (BK findings, offloads that were no candidates) or it did not say.
+    untagged = candidate & F.coalesce(F.col("_o_untagged"), F.lit(False))
+    conflicting = candidate & F.coalesce(F.col("_o_conflicting"), F.lit(False))
     df = df.withColumn(
         "reason",
         F.when(unreadable, F.lit("owner-metadata-unreadable"))
         .when(unknown, F.lit("owner-unknown"))
+        .when(untagged, F.lit(OBJECTS_UNTAGGED_REASON))
+        .when(conflicting, F.lit(OBJECTS_CONFLICT_REASON))
         .otherwise(F.col("reason")),
     ).withColumn(
         "status",
-        F.when(unreadable, F.lit(EXCLUDED)).when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status")),
+        F.when(unreadable, F.lit(EXCLUDED))
+        .when(unknown | untagged | conflicting, F.lit(REPORT_ONLY))
+        .otherwise(F.col("status")),
     )
     return df.select(*FINDINGS_COLUMNS)
 

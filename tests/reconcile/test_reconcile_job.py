@@ -194,6 +194,34 @@ def test_legacy_tagged_orphans_are_reported_not_submitted(cluster: dict[str, Any
     assert {r["ledger_id"] for r in summary["legacy_tagged"]} == set(listed)
 
 
+def test_untagged_offloads_are_reported_not_submitted(cluster: dict[str, Any], result: Any) -> None:
+    """The generated pair offloaded before apache/pulsar#14907 (no ManagedLedgerName, no role) has its owner
+    only from the BK ledger's tag: the service would end its request SKIPPED_METADATA_MISMATCH, so it is
+    report-only, and the operator is shown its keys; its BK copy is still submitted."""
+    from reconcile.job import REPORT_ONLY_WHY
+
+    truth = cluster["truth"]
+    listed = result.unproven_offloads
+    assert [r["reason"] for r in listed] == ["objects-untagged"]
+    (pair,) = listed
+    assert set(pair["keys"]) <= truth.report_only_objects and len(pair["keys"]) == 2
+    assert pair["topic_name"]  # told by the BK tag, which names it but proves nothing for the objects
+    offloads = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.OFFLOAD_LEDGER}
+    ledgers = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.LEDGER}
+    assert pair["ledger_id"] not in offloads
+    assert pair["ledger_id"] in ledgers  # the BK copy's own tags are the ones the service accepts
+    assert result.report_only["objects-untagged"] == (1, pair["bytes"])
+    summary = json.loads((result.out / "summary.json").read_text())
+    assert summary["report_only"]["objects-untagged"] == {
+        "count": 1,
+        "bytes": pair["bytes"],
+        "why": REPORT_ONLY_WHY["objects-untagged"],
+    }
+    assert summary["unproven_offloads"] == [{**pair, "keys": list(pair["keys"])}]
+    # The other untagged pair has no BK ledger either: its owner stays unknown, that reason comes first.
+    assert result.report_only["owner-unknown"][0] == 1
+
+
 def test_offload_keys_of_requests_exist(cluster: dict[str, Any], result: Any, s3: Any) -> None:
     """What the service will delete for an OFFLOAD_LEDGER request is exactly the orphan's objects."""
     for request in result.requests:

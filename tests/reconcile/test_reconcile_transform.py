@@ -280,23 +280,30 @@ def test_parse_object_keys(spark: Any) -> None:
 def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -> None:
     bk, refs, ctxs, objs = frames(
         spark,
-        [ledger(31, data_tags("acme/ns/persistent/from-bk"))],
-        refs=[(-1, "unreadable", "public/default/persistent/broken", None)],
-        objs=[
-            ("b", f"{UUID_A}-ledger-30", 10, OLD),
-            ("b", f"{UUID_A}-ledger-31", 10, OLD),
-            ("b", f"{UUID_A}-ledger-32", 10, OLD),
-            ("b", f"{UUID_A}-ledger-33", 10, OLD),
+        [
+            ledger(31, data_tags("acme/ns/persistent/from-bk")),
+            ledger(34, data_tags("acme/ns/persistent/from-bk")),
+            ledger(35, data_tags("acme/ns/persistent/from-bk")),
         ],
+        refs=[(-1, "unreadable", "public/default/persistent/broken", None)],
+        objs=[("b", f"{UUID_A}-ledger-{i}", 10, OLD) for i in range(30, 38)],
     )
     raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF).unionByName(
         T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
     )
+    meta, other = "public/default/persistent/from-meta", "public/default/persistent/other"
     owners = spark.createDataFrame(
         [
-            ("b", UUID_A, 30, "public/default/persistent/from-meta"),
-            ("b", UUID_A, 32, None),
-            ("b", UUID_A, 33, "public/default/persistent/broken"),  # its contexts are unknown
+            ("b", UUID_A, 30, meta, False, False),
+            # 31: no owners row (not HEADed): the BK tag alone decides, the service checks the rest.
+            ("b", UUID_A, 32, None, True, False),  # untagged, and no BK ledger: owner unknown comes first
+            ("b", UUID_A, 33, "public/default/persistent/broken", False, False),  # its contexts are unknown
+            # Offloaded before apache/pulsar#14907: no ManagedLedgerName, so only the BK tag names the
+            # topic, which the service does not accept for objects: it would skip the request.
+            ("b", UUID_A, 34, None, True, False),
+            ("b", UUID_A, 35, meta, True, False),  # one object (or its role) untagged: the name wins nothing
+            ("b", UUID_A, 36, meta, False, True),  # data and index name different managed ledgers
+            ("b", UUID_A, 37, other, None, None),  # flags unknown: as not untagged
         ],
         T.OFFLOAD_OWNERS_SCHEMA,
     )
@@ -312,9 +319,13 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
         )
         for r in findings.collect()
     }
+    from_bk = ("acme/ns/from-bk", "acme", "acme/ns")
+    from_meta = ("public/default/from-meta", "public", "public/default")
+    untagged = ("report-only", T.OBJECTS_UNTAGGED_REASON)
+    assert T.OBJECTS_UNTAGGED_REASON == "objects-untagged"
     assert got == {
-        ("offload", 30): ("public/default/from-meta", "public", "public/default", "candidate", None),
-        ("offload", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
+        ("offload", 30): (*from_meta, "candidate", None),
+        ("offload", 31): (*from_bk, "candidate", None),
         ("offload", 32): (None, None, None, "report-only", "owner-unknown"),
         ("offload", 33): (
             "public/default/broken",
@@ -323,7 +334,44 @@ def test_offload_owners_from_metadata_then_bk_tag_else_report_only(spark: Any) -
             "excluded",
             "owner-metadata-unreadable",
         ),
-        ("bookkeeper", 31): ("acme/ns/from-bk", "acme", "acme/ns", "candidate", None),
+        ("offload", 34): (*from_bk, *untagged),
+        ("offload", 35): (*from_meta, *untagged),
+        ("offload", 36): (*from_meta, "report-only", "objects-owner-conflict"),
+        ("offload", 37): ("public/default/other", "public", "public/default", "candidate", None),
+        # The BK copies are judged by their own (current) tags, which the service does accept for them.
+        ("bookkeeper", 31): (*from_bk, "candidate", None),
+        ("bookkeeper", 34): (*from_bk, "candidate", None),
+        ("bookkeeper", 35): (*from_bk, "candidate", None),
+    }
+    from reconcile.job import REPORT_ONLY_WHY
+
+    # The operator is told why they were not submitted.
+    assert "apache/pulsar#14907" in REPORT_ONLY_WHY[T.OBJECTS_UNTAGGED_REASON]
+    assert T.OBJECTS_CONFLICT_REASON in REPORT_ONLY_WHY
+
+
+def test_only_offload_candidates_are_judged_by_their_objects_tags(spark: Any) -> None:
+    """The owners flags never touch a finding that already has a status of its own (too young, ...)."""
+    bk, refs, ctxs, objs = frames(
+        spark,
+        [ledger(60, data_tags())],
+        objs=[("b", f"{UUID_A}-ledger-61", 10, YOUNG), ("b", f"{UUID_A}-ledger-62", 10, OLD)],
+        refs=[(62, "data", ML, None)],
+    )
+    raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=CUTOFF).unionByName(
+        T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
+    )
+    owners = spark.createDataFrame(
+        [("b", UUID_A, 61, None, True, True), ("b", UUID_A, 62, None, True, True)], T.OFFLOAD_OWNERS_SCHEMA
+    )
+    got = {
+        (r["storage"], r["ledger_id"]): (r["status"], r["reason"])
+        for r in T.attach_offload_owners(raw, owners, bk, refs).collect()
+    }
+    assert got == {
+        ("bookkeeper", 60): ("candidate", None),
+        ("offload", 61): ("excluded", "too-young"),
+        ("offload", 62): ("excluded", "ledger-id-referenced"),
     }
 
 

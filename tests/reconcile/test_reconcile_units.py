@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.request import LedgerComponent, LedgerType, request_to_wire
-from reconcile.candidates import build_requests, request_for_finding
+from reconcile.candidates import build_requests, head_owners, request_for_finding
 from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans
 from reconcile.job import parse_duration
 from reconcile.report import ReportRow, human_bytes, render_chart, render_table, totals
@@ -127,3 +129,104 @@ def test_generator_truth_is_consistent() -> None:
     assert not {i for i, _ in young.ledgers} & ledger_ids
     assert set(young.truth.excluded_ledgers.values()) >= {"too-young", "open-recently-modified"}
     assert plan_cluster(spec).ledgers == plan.ledgers  # deterministic
+
+
+class FakeS3:
+    """``head_object`` over {(bucket, key): user metadata}; S3 hands the metadata keys back lower-cased."""
+
+    def __init__(self, objects: Mapping[tuple[str, str], Mapping[str, str]]) -> None:
+        self.objects = objects
+        self.heads: list[str] = []
+
+    def head_object(self, Bucket: str, Key: str) -> dict[str, Any]:  # noqa: N803 - boto3's names
+        from botocore.exceptions import ClientError
+
+        self.heads.append(Key)
+        if (Bucket, Key) not in self.objects:
+            raise ClientError({"Error": {"Code": "404", "Message": "Not Found"}}, "HeadObject")
+        return {"Metadata": {k.lower(): v for k, v in self.objects[Bucket, Key].items()}}
+
+
+def pair(ledger_id: int) -> list[str]:
+    return [f"{UUID}-ledger-{ledger_id}-index", f"{UUID}-ledger-{ledger_id}"]  # index first: order is ours
+
+
+def test_head_owners_checks_every_object_as_the_service_does() -> None:
+    """Every object of a group is HEADed: the service deletes the pair only when each existing object has
+    ManagedLedgerName and the role its key calls for (one tagged object was enough here before)."""
+    ml, other = "public/default/persistent/orders", "public/default/persistent/other"
+    version = {"S3ManagedLedgerOffloaderFormatVersion": "1"}  # all a broker before apache/pulsar#14907 wrote
+
+    def tags(name: str, role: str) -> dict[str, str]:
+        return {**version, "ManagedLedgerName": name, "role": role}
+
+    def data(ledger_id: int) -> str:
+        return f"{UUID}-ledger-{ledger_id}"
+
+    def index(ledger_id: int) -> str:
+        return f"{UUID}-ledger-{ledger_id}-index"
+
+    objects = {
+        ("b", data(1)): tags(ml, "data"),
+        ("b", index(1)): tags(ml, "index"),
+        ("b", data(2)): tags(ml, "data"),
+        ("b", index(2)): version,  # the index is untagged: the service would skip the pair
+        ("b", data(3)): version,
+        ("b", index(3)): version,
+        ("b", data(4)): tags(ml, "index"),  # wrong role for its key
+        ("b", index(4)): tags(ml, "index"),
+        ("b", data(5)): {**version, "ManagedLedgerName": ml},  # no role
+        ("b", index(5)): tags(ml, "index"),
+        ("b", data(6)): tags(other, "data"),
+        ("b", index(6)): tags(ml, "index"),
+        ("b", index(7)): tags(ml, "index"),  # the data object vanished: the rest decides
+    }
+    groups: Sequence[tuple[str, str, int | None, Sequence[str]]] = [
+        ("b", UUID, i, pair(i)) for i in range(1, 9)
+    ]
+    s3 = FakeS3(objects)
+    assert head_owners(s3, groups, threads=2) == [
+        ("b", UUID, 1, ml, False, False),
+        ("b", UUID, 2, ml, True, False),
+        ("b", UUID, 3, None, True, False),
+        ("b", UUID, 4, ml, True, False),
+        ("b", UUID, 5, ml, True, False),
+        ("b", UUID, 6, other, False, True),  # the data object's name, and the conflict flagged
+        ("b", UUID, 7, ml, False, False),
+        ("b", UUID, 8, None, False, False),  # all gone: nothing to judge (the service: ALREADY_DELETED)
+    ]
+    assert sorted(s3.heads) == sorted(k for _, _, _, keys in groups for k in keys)
+
+
+def test_generated_objects_carry_the_metadata_pulsar_writes() -> None:
+    """Classic offloads: role and ManagedLedgerName (apache/pulsar#14907), which the service's own check
+    accepts for every offload candidate; segments and pre-#14907 objects: neither. One untagged orphan pair,
+    owner known only by its BK ledger's tag, is report-only: the service would refuse it."""
+    from activities.offload import _ownership_problem, _role_of
+    from ledger_deletion.formats.offload_keys import ledger_object_keys
+
+    plan = plan_cluster(ClusterSpec(ledgers=500, seed=3))
+    truth = plan.truth
+    meta = {key: m for key, _, m in plan.objects}
+    for off_uuid, ledger_id in truth.offload_candidates:
+        keys = ledger_object_keys(off_uuid, ledger_id)
+        (name,) = {meta[k]["ManagedLedgerName"] for k in keys}
+        assert [_ownership_problem(meta[k], name, _role_of(k)) for k in keys] == ["", ""]
+    segments = [k for k in meta if "-ledger-" not in k and k != "README.txt"]
+    assert segments and all(set(meta[k]) == {"s3managedledgeroffloaderformatversion"} for k in segments)
+    # The untagged pair whose BK copy names the topic (the other untagged pair has no BK ledger).
+    bk_tagged = {
+        key: int(key.rsplit("-", 1)[1])
+        for key in truth.report_only_objects
+        if "-ledger-" in key
+        and not key.endswith("-index")
+        and int(key.rsplit("-", 1)[1]) in truth.bk_candidates
+    }
+    assert len(bk_tagged) == 1
+    ((data_key, ledger_id),) = bk_tagged.items()
+    assert truth.bk_candidates[ledger_id] == "MANAGED_LEDGER"  # the BK copy itself is a candidate
+    for key in (data_key, data_key + "-index"):
+        assert key in truth.report_only_objects
+        assert meta[key] == {"s3managedledgeroffloaderformatversion": "1"}
+        problem = _ownership_problem(meta[key], "public/ns/persistent/t", _role_of(key))
+        assert "no ManagedLedgerName" in problem
