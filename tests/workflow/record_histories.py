@@ -2,7 +2,8 @@
 
 Each shape of run the workflow code has had keeps its histories (``deleted.json``: started by
 signal-with-start; ``first_message-*``: first message in the input; ``outcome_with_completion-*``: the
-outcome search attributes written with the completion). When the workflow changes what a run does, guard
+outcome search attributes written with the completion; ``recheck-*``: the schema locator wait and the owner
+asked again after a version race). When the workflow changes what a run does, guard
 the change (a new input field with a default, or ``workflow.patched()``) and record the new shape under a
 new prefix, keeping the old files: those runs may still be open in production.
 """
@@ -20,7 +21,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef
-from tests.workflow.test_workflow_logic import Fakes, Harness, data_request, offload_request
+from tests.workflow.test_workflow_logic import Fakes, Harness, data_request, offload_request, schema_request
 from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -32,6 +33,7 @@ CASES: dict[str, Callable[[Fakes], None]] = {
     "version_changed": lambda f: setattr(f, "delete_statuses", list(VERSION_RACE)),
     "dead_lettered": lambda f: setattr(f, "delete_error", "ZooKeeper gone"),
     "offloaded": lambda f: None,
+    "schema_listed_then_deleted": lambda f: setattr(f, "schema_listed", [True, False]),
 }
 
 
@@ -49,7 +51,10 @@ async def record(prefix: str, address: str = "127.0.0.1:17233") -> None:
                 activities=fakes.activities(),
                 activity_executor=executor,
             ):
-                request = offload_request(900) if name == "offloaded" else data_request(901)
+                request = {
+                    "offloaded": offload_request(900),
+                    "schema_listed_then_deleted": schema_request(902),
+                }.get(name, data_request(901))
                 await Harness(client, queue, fakes).run(
                     request, refs=[MessageRef("m-1", queue), MessageRef("m-2", queue)]
                 )
