@@ -9,12 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
+from tests.unit.admin_stub import AdminHandler, serving
 
 CALLERS = 40
 
@@ -33,30 +34,16 @@ class _CountingServer(ThreadingHTTPServer):
         super().process_request(request, client_address)  # type: ignore[arg-type]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as a broker's admin API
-
+class _Handler(AdminHandler):
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         time.sleep(0.05)  # long enough that all callers are in flight at once
-        body = json.dumps({"partitions": 0}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.reply(200, json.dumps({"partitions": 0}).encode())
 
 
 @pytest.fixture
 def server() -> Iterator[_CountingServer]:
-    srv = _CountingServer()
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(_CountingServer()) as srv:
+        yield srv
 
 
 def _rounds(client: PulsarAdminClient, rounds: int) -> None:

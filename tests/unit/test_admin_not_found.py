@@ -4,9 +4,8 @@ A proxy, an ingress with a wrong path prefix or a broker without the endpoint al
 page or an empty body. Taking that for "no such topic" would delete ledgers the owner broker still lists.
 """
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -15,6 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.pulsar_admin import PulsarAdminActivities
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.contracts import AskOwnerBrokerInput, CheckTopicInput
+from tests.unit.admin_stub import AdminHandler, serving
 
 TOPIC = "public/default/orders-partition-0"
 PULSAR_404 = (b'{"reason":"Topic not found"}', "application/json")
@@ -25,34 +25,21 @@ class _NotFoundServer(ThreadingHTTPServer):
     body, content_type = PULSAR_404
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(AdminHandler):
     server: _NotFoundServer
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         if self.path.split("?")[0].endswith("/partitions"):
             # Pulsar answers partitioned metadata of a missing topic with 0 partitions.
-            body, content_type = b'{"partitions":0}', "application/json"
-            self.send_response(200)
+            self.reply(200, b'{"partitions":0}')
         else:
-            body, content_type = self.server.body, self.server.content_type
-            self.send_response(404)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+            self.reply(404, self.server.body, self.server.content_type)
 
 
 @pytest.fixture
 def server() -> Iterator[_NotFoundServer]:
-    srv = _NotFoundServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(_NotFoundServer(("127.0.0.1", 0), _Handler)) as srv:
+        yield srv
 
 
 @pytest.fixture
