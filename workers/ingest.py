@@ -3,7 +3,9 @@
 Messages are not acked here: the workflow acks them through this process's ack queue when it is done, so
 Pulsar's unacked-message limits are the backpressure and a crash only causes redelivery. Payloads that cannot
 be a valid request go straight to the dead-letter topic with the reason, then are acked: the loop never
-crashes on input.
+crashes on input. So do valid requests Temporal can never take (too large once encoded, or refused with
+INVALID_ARGUMENT), and messages whose handling failed with an error nobody foresaw: every message held here
+ends bound to its workflow or in the dead-letter topic, never held with nothing left to settle it.
 
 A consumer that the broker stops feeding would strand the backlog while looking idle, so after
 ``resubscribe_idle_seconds`` without a message, and holding none (only the consumer that delivered a message
@@ -23,6 +25,7 @@ from typing import Any
 import pulsar
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import (
+    RawValue,
     SearchAttributePair,
     TypedSearchAttributes,
     WorkflowIDConflictPolicy,
@@ -34,8 +37,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.adapters.messaging import Handoff, PendingAcks, Publisher, dead_letter_properties
 from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
-from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
-from ledger_deletion.formats.avro import decode_request
+from ledger_deletion.errors import (
+    InvalidRequestError,
+    LedgerDeletionError,
+    MessagingUnavailable,
+    WorkflowStartRejected,
+)
+from ledger_deletion.formats.avro import decode_request, encode_request
+from ledger_deletion.observability import ingest as observability
 from ledger_deletion.observability.ingest import observe_receive
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
@@ -44,6 +53,30 @@ log = logging.getLogger(__name__)
 
 RECEIVE_TIMEOUT_MILLIS = 200
 START_RETRY_MAX_SECONDS = 30.0
+# Temporal refuses a payload above its blob size limit (2 MiB by default, also on Temporal Cloud) with
+# INVALID_ARGUMENT, but a request above gRPC's 4 MiB with RESOURCE_EXHAUSTED, which reads as transient: the
+# start would be retried for ever. So the input is measured before it is sent. A valid Avro payload of up to
+# 1 MiB (formats/avro.py) grows several-fold in JSON: a control character becomes six bytes (\u0001), a
+# non-ASCII one up to twelve. Half the server's limit, because the request travels again in activity inputs
+# (verify_bk_metadata, publish_dead_letter) that must fit the same limit; a real request's input is ~1 KB.
+MAX_WORKFLOW_INPUT_BYTES = 1024 * 1024
+# Statuses with which Temporal refuses the request itself, so that retrying it cannot help: INVALID_ARGUMENT
+# is what it answers for a request's content (blob size, search attribute values, ids). The other statuses
+# are about the server or this service's setup, not the message, and are retried with backoff while the
+# message stays held (nothing is lost, and it resumes by itself once fixed): UNAVAILABLE, DEADLINE_EXCEEDED,
+# RESOURCE_EXHAUSTED (rate limits), FAILED_PRECONDITION (namespace not active during a failover, client
+# version), NOT_FOUND on a start (namespace), PERMISSION_DENIED/UNAUTHENTICATED (credentials), UNIMPLEMENTED.
+REJECTING_STATUSES = frozenset({RPCStatusCode.INVALID_ARGUMENT})
+
+
+def _refuses_the_request(exc: RPCError) -> bool:
+    """Does Temporal refuse this request for good (dead-letter it), rather than our setup (hold and retry)?
+
+    One INVALID_ARGUMENT is about the setup: search attributes the namespace does not have (``ledger-deletion
+    setup`` not run). Every message would be dead-lettered until someone noticed; held, they resume by
+    themselves once the attributes are registered.
+    """
+    return exc.status in REJECTING_STATUSES and "search attribute" not in exc.message.lower()
 
 
 @dataclass
@@ -153,13 +186,35 @@ class Ingestor:
         log.info("no message for %.0f s: subscribed a fresh consumer", self.resubscribe_idle_seconds)
 
     async def _handle(self, message: Any, key: str) -> None:
+        """Hand one held message over; it ends bound to its workflow or in the dead-letter topic.
+
+        Only the sweeper settles held messages, and only those bound to a workflow or dead-lettered: a task
+        that ended with its message in neither state would leave it held for ever (and block resubscribing).
+        """
+        try:
+            await self._hand_off(message, key)
+        except Exception as exc:  # a bug or a failure nobody foresaw: retrying the same input would repeat it
+            reason = f"unexpected error in the ingest: {type(exc).__name__}: {exc}"
+            log.exception("message %s: %s; dead-lettering it", key, reason)
+            try:
+                await self._dead_letter(
+                    key, message.data(), _origin(message, key), reason=reason, step="ingest"
+                )
+                observability.dead_lettered("ingest")
+            except Exception:  # the last resort: Pulsar redelivers it, to this or another consumer
+                log.exception("message %s: dead-lettering failed too; released for Pulsar to redeliver", key)
+                await asyncio.to_thread(self.pending.release, key)
+
+    async def _hand_off(self, message: Any, key: str) -> None:
         # One span per message (continuing a traceparent in its properties); Temporal's spans nest under it.
         with observe_receive(message, key) as observed:
             try:
                 request = decode_request(message.data())
             except InvalidRequestError as exc:
                 observed.undecodable()
-                await self._dead_letter(message, key, str(exc))
+                await self._dead_letter(
+                    key, message.data(), _origin(message, key), reason=str(exc), step="decode"
+                )
                 return
             observed.decoded(request)
             ref = MessageRef(
@@ -168,7 +223,19 @@ class Ingestor:
                 topic=message.topic_name(),
                 redelivery_count=message.redelivery_count(),
             )
-            await self._start_or_join(request, ref)
+            try:
+                await self._start_or_join(request, ref)
+            except WorkflowStartRejected as exc:
+                observed.rejected(request)
+                await self._dead_letter(
+                    key,
+                    message.data(),
+                    _origin(message, key),
+                    reason=str(exc),
+                    step="start",
+                    workflow_id=request.workflow_id,
+                )
+                return
         self.pending.bind(key, Handoff(request.workflow_id, request, time.monotonic()))
         self.stats.started_or_joined += 1
 
@@ -183,6 +250,14 @@ class Ingestor:
         Terminated, failed, timed out or cancelled: nothing decided it, so hand it to a new run.
         """
         settled = 0
+        # In the dead-letter topic already, but their ack failed: no workflow will ack them.
+        for key in self.pending.dead_lettered():
+            try:
+                acked, _ = await asyncio.to_thread(self.pending.ack, [key])
+            except MessagingUnavailable as exc:
+                log.warning("sweep: ack of dead-lettered %s failed again: %s", key, exc)
+                continue
+            settled += acked
         for key, handoff in self.pending.bound_before(time.monotonic() - held_for):
             try:
                 description = await self.temporal.get_workflow_handle(handoff.workflow_id).describe()
@@ -200,7 +275,22 @@ class Ingestor:
                 handoff.workflow_id,
                 description.status.name if description.status else "?",
             )
-            await self._start_or_join(handoff.request, MessageRef(key, self.ack_queue))
+            try:
+                await self._start_or_join(handoff.request, MessageRef(key, self.ack_queue))
+            except WorkflowStartRejected as exc:
+                # Taken once, refused now (a search attribute removed, a lower size limit). The original
+                # payload is gone by now: the dead letter carries the request, encoded again.
+                await self._dead_letter(
+                    key,
+                    encode_request(handoff.request),
+                    {"ledger-deletion.origin-message-id": key},
+                    reason=str(exc),
+                    step="start",
+                    workflow_id=handoff.workflow_id,
+                )
+                observability.dead_lettered("start", handoff.request)
+                settled += 1
+                continue
             self.pending.bind(key, Handoff(handoff.workflow_id, handoff.request, time.monotonic()))
             settled += 1
         return settled
@@ -232,6 +322,10 @@ class Ingestor:
                 # The run closed between our start and our signal: start a new one straight away.
                 log.debug("%s closed before it could be joined; starting again", request.workflow_id)
             except RPCError as exc:
+                if _refuses_the_request(exc):
+                    raise WorkflowStartRejected(
+                        f"Temporal refused {request.workflow_id}: {exc.status.name}: {exc.message}"
+                    ) from exc
                 # Temporal unavailable: the message stays unacked and held; keep trying (never drop it).
                 log.warning("start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, delay)
                 await asyncio.sleep(delay)
@@ -260,7 +354,7 @@ class Ingestor:
     async def _start(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> WorkflowHandle[Any, Any]:
         return await self.temporal.start_workflow(
             WORKFLOW_NAME,
-            DeletionInput(request, self.policy, first_message=ref, outcome_with_completion=True),
+            self._input(request, ref),
             id=request.workflow_id,
             task_queue=self.workflow_queue,
             # A closed run of the same ledger does not block a new one: the new run finds the ledger already
@@ -273,30 +367,59 @@ class Ingestor:
             request_eager_start=self.eager_start,
         )
 
-    async def _dead_letter(self, message: Any, key: str, reason: str) -> None:
+    def _input(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> RawValue:
+        """The start's input, encoded here once so that its size is checked on the bytes that are sent.
+
+        A payload codec, if the client has one, still runs on it (compression only makes it smaller).
+        """
+        value = DeletionInput(request, self.policy, first_message=ref, outcome_with_completion=True)
+        [payload] = self.temporal.data_converter.payload_converter.to_payloads([value])
+        if (size := payload.ByteSize()) > MAX_WORKFLOW_INPUT_BYTES:
+            raise WorkflowStartRejected(
+                f"workflow input of {size} bytes exceeds {MAX_WORKFLOW_INPUT_BYTES}: too large for Temporal"
+            )
+        return RawValue(payload)
+
+    async def _dead_letter(
+        self,
+        key: str,
+        payload: bytes,
+        origin: dict[str, str],
+        *,
+        reason: str,
+        step: str,
+        workflow_id: str = "",
+    ) -> None:
+        """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed."""
         properties = dead_letter_properties(
-            reason=reason,
-            failed_step="decode",
-            attempts=1,
-            workflow_id="",
-            original={
-                **dict(message.properties()),
-                "ledger-deletion.origin-topic": message.topic_name(),
-                "ledger-deletion.origin-message-id": key,
-            },
+            reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
         )
         delay = 0.5
         while True:
             try:
-                await asyncio.to_thread(self.dead_letters.send, message.data(), properties)
+                await asyncio.to_thread(self.dead_letters.send, payload, properties)
                 break
             except LedgerDeletionError as exc:
                 log.warning("dead-lettering %s failed (%s); retrying", key, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, START_RETRY_MAX_SECONDS)
-        await asyncio.to_thread(self.pending.ack, [key])
         self.stats.dead_lettered += 1
-        log.info("dead-lettered undecodable message %s: %s", key, reason)
+        log.info("dead-lettered message %s (%s): %s", key, step, reason)
+        # Marked first: if the ack fails, the sweeper retries it (no workflow will ever ack this message).
+        self.pending.mark_dead_lettered(key)
+        try:
+            await asyncio.to_thread(self.pending.ack, [key])
+        except MessagingUnavailable as exc:
+            log.warning("ack of dead-lettered %s failed (%s); the sweeper retries it", key, exc)
+
+
+def _origin(message: Any, key: str) -> dict[str, str]:
+    """A dead letter keeps the message's properties and says where it came from."""
+    return {
+        **dict(message.properties()),
+        "ledger-deletion.origin-topic": message.topic_name(),
+        "ledger-deletion.origin-message-id": key,
+    }
 
 
 def search_attributes_for(request: PendingDeleteLedgerInfo) -> TypedSearchAttributes:

@@ -55,7 +55,7 @@ def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size
 
 
 class CompositeConsumer:
-    """Several consumers behind the ``receive``/``acknowledge``/``close`` the ingest loop uses.
+    """Several consumers behind the consumer calls the ingest makes (receive, acknowledge, nack, close).
 
     Receives round-robin so no topic starves another; remembers which consumer delivered each message id so
     the ack goes back to it (only the receiving consumer can ack in pulsar-lite and the Python client).
@@ -89,6 +89,13 @@ class CompositeConsumer:
         consumer.acknowledge(message_id)
         with self._lock:
             self._owner.pop(str(message_id), None)
+
+    def negative_acknowledge(self, message_id: Any) -> None:
+        with self._lock:
+            consumer = self._owner.pop(str(message_id), None)
+        if consumer is None:
+            raise KeyError("message was not received through this consumer")
+        consumer.negative_acknowledge(message_id)
 
     def close(self) -> None:
         for consumer in self._consumers:

@@ -8,6 +8,7 @@ that process's own task queue (see ``MessageRef.ack_queue``).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -35,10 +36,13 @@ class PendingAcks:
 
     Once a message has been handed to its workflow it is *bound* to it (the workflow id, the request and
     when), so a sweeper can settle messages whose workflow ended without reaching this process's ack queue.
+    A message the ingest put in the dead-letter topic is marked *dead-lettered* until its ack succeeds, so
+    the sweeper can retry an ack that failed: it has no workflow to ack it.
     """
 
     _held: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     _bound: dict[str, Handoff] = field(default_factory=dict)
+    _dead_lettered: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hold(self, key: str, consumer: Any, message_id: Any) -> None:
@@ -49,6 +53,34 @@ class PendingAcks:
         with self._lock:
             if key in self._held:
                 self._bound[key] = handoff
+
+    def mark_dead_lettered(self, key: str) -> None:
+        """The message is durable in the dead-letter topic: only its ack is left (no workflow will ack it)."""
+        with self._lock:
+            if key in self._held:
+                self._bound.pop(key, None)
+                self._dead_lettered.add(key)
+
+    def dead_lettered(self) -> list[str]:
+        """Held messages already in the dead-letter topic whose ack has not succeeded yet."""
+        with self._lock:
+            return sorted(self._dead_lettered)
+
+    def release(self, key: str) -> None:
+        """Give a held message back to Pulsar unacked, when this process cannot settle it.
+
+        Negatively acknowledged, Pulsar redelivers it after its redelivery delay (pulsar-lite only once this
+        consumer closes, which the ingest's resubscribe does once it holds nothing).
+        """
+        with self._lock:
+            held = self._held.pop(key, None)
+            self._bound.pop(key, None)
+            self._dead_lettered.discard(key)
+        if held is not None:
+            consumer, message_id = held
+            # A closed consumer refuses: Pulsar then redelivers everything it had unacked anyway.
+            with contextlib.suppress(Exception):
+                consumer.negative_acknowledge(message_id)
 
     def bound_before(self, deadline: float) -> list[tuple[str, Handoff]]:
         """Held messages handed to their workflow before ``deadline`` (a ``time.monotonic()`` value)."""
@@ -76,6 +108,7 @@ class PendingAcks:
             with self._lock:
                 self._held.pop(key, None)
                 self._bound.pop(key, None)
+                self._dead_lettered.discard(key)
             acked += 1
         return acked, unknown
 

@@ -41,6 +41,23 @@ class ObservedMessage:
         recorder.messages_acked(labels, 1)  # the ingest acks it once the dead letter is durable
         self.span.set_attribute(tracing.ATTR_OUTCOME, "DEAD_LETTERED")
 
+    def rejected(self, request: PendingDeleteLedgerInfo) -> None:
+        """Decoded, but Temporal cannot take it (too large, INVALID_ARGUMENT): the ingest dead-letters it."""
+        dead_lettered("start", request)
+        self.span.set_attribute(tracing.ATTR_OUTCOME, "DEAD_LETTERED")
+
+
+def dead_lettered(step: str, request: PendingDeleteLedgerInfo | None = None) -> None:
+    """A message the ingest itself sends to the dead-letter topic, then acks (``step``: where it failed)."""
+    labels = (
+        metrics.Labels(POOL)
+        if request is None
+        else metrics.Labels(POOL, request.tenant, request.ledger_component.value)
+    )
+    recorder = metrics.current()
+    recorder.dead_lettered(labels, step)
+    recorder.messages_acked(labels, 1)
+
 
 @contextmanager
 def observe_receive(message: Any, message_id: str) -> Iterator[ObservedMessage]:
