@@ -147,7 +147,9 @@ async def run_pools(
             stack.callback(admin.close)
             pulsar_client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
             stack.callback(pulsar_client.close)
-            dead_letters = messaging.Publisher(pulsar_client, settings.dead_letter_topic)
+            dead_letters = messaging.Publisher(
+                pulsar_client, settings.dead_letter_topic, kept_for=messaging.DEAD_LETTER_SUBSCRIPTION
+            )
             stack.callback(dead_letters.close)
             pending = messaging.PendingAcks()
             admin_activities = PulsarAdminActivities(admin)

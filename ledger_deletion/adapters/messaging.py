@@ -122,13 +122,25 @@ class Handoff:
     since: float
 
 
+# The dead-letter topic's durable subscription, the one `ledger-deletion dlq replay` consumes.
+DEAD_LETTER_SUBSCRIPTION = "ledger-deletion-dlq-replay"
+
+
 @dataclass
 class Publisher:
-    """A lazily created, non-batching producer on one topic; sends are durable when they return."""
+    """A lazily created, non-batching producer on one topic; sends are durable when they return.
+
+    ``kept_for``: a durable subscription created before the first send (then left without consumers). With
+    Pulsar's defaults (retention 0, inactive topics deleted when they have no subscription), what is
+    published to a topic nobody has subscribed yet can be trimmed, or the whole topic deleted once the
+    producer is gone: a dead letter would be lost before anyone replayed it (the gap PIP-124's
+    ``initSubscriptionName`` closed for Pulsar's own dead-letter topics).
+    """
 
     client: pulsar.Client
     topic: str
     send_timeout_millis: int = 30_000
+    kept_for: str | None = None
     _producer: Any = field(default=None, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -136,6 +148,15 @@ class Publisher:
         try:
             with self._lock:
                 if self._producer is None:
+                    if self.kept_for:
+                        # Subscribing at Earliest creates the subscription where the topic starts, or leaves
+                        # an existing one (and its unreplayed entries) where it is.
+                        self.client.subscribe(
+                            self.topic,
+                            self.kept_for,
+                            consumer_type=pulsar.ConsumerType.Shared,
+                            initial_position=pulsar.InitialPosition.Earliest,
+                        ).close()
                     self._producer = self.client.create_producer(
                         self.topic, batching_enabled=False, send_timeout_millis=self.send_timeout_millis
                     )

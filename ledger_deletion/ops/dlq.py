@@ -23,7 +23,7 @@ from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
 from ledger_deletion.formats.avro import decode_request
 from ledger_deletion.settings import Settings
 
-REPLAY_SUBSCRIPTION = "ledger-deletion-dlq-replay"
+REPLAY_SUBSCRIPTION = messaging.DEAD_LETTER_SUBSCRIPTION  # created by the first dead letter's publisher
 READ_TIMEOUT_MILLIS = 1500  # pulsar-lite cannot answer "is there more?" (no getLastMessageId): read to a lull
 PROPERTY_PREFIX = "ledger-deletion."
 REPLAYED_FROM = "ledger-deletion.replayed-from"
