@@ -267,7 +267,11 @@ class Ingestor:
             if description.status == WorkflowExecutionStatus.RUNNING:
                 continue
             if description.status == WorkflowExecutionStatus.COMPLETED:
-                acked, _ = await asyncio.to_thread(self.pending.ack, [key])
+                try:
+                    acked, _ = await asyncio.to_thread(self.pending.ack, [key])
+                except MessagingUnavailable as exc:  # one failing ack must not stop the sweep of the others
+                    log.warning("sweep: ack of %s failed: %s; next sweep", key, exc)
+                    continue
                 settled += acked
                 continue
             log.warning(
