@@ -69,7 +69,11 @@ def test_the_publisher_creates_the_replay_subscription_before_its_first_send(
 async def test_the_pulsar_pool_keeps_its_dead_letters_for_replay(
     client: Any, settings: Settings, temporal_client: Client
 ) -> None:
-    own = settings.with_overrides(topic=f"{settings.topic}-dlq-kept-{uuid.uuid4().hex[:6]}")
+    run = uuid.uuid4().hex[:6]
+    # Its own topic and task queues: the session's pools may be running in this process already.
+    own = settings.with_overrides(
+        topic=f"{settings.topic}-dlq-kept-{run}", task_queue_prefix=f"{settings.task_queue_prefix}-dlq-{run}"
+    )
     async with running_pools(own, temporal_client, ("pulsar",)) as running:
         producer = client.create_producer(own.topic)
         producer.send(b"\x00 not a request")  # undecodable: the ingest dead-letters it, then acks it
