@@ -11,16 +11,16 @@ from activities._boundary import translate_errors
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.contracts import DeleteOffloadInput, DeleteOffloadResult, Outcome
 from ledger_deletion.errors import DeletionNotConfirmed, InvalidRequestError, UnsupportedOffloadDriver
-from ledger_deletion.formats.offload_keys import offload_keys_for_context
+from ledger_deletion.formats.offload_keys import (
+    MANAGED_LEDGER_NAME_TAG,
+    ROLE_TAG,
+    object_role,
+    offload_keys_for_context,
+)
 from ledger_deletion.request import LedgerInfo, OffloadContext
 
 # jclouds provider names whose blobs live in an S3-compatible store this service can reach.
 S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
-# Blob user metadata of a classic (per-ledger) offload, compared lower-cased (S3 and jclouds lower-case the
-# keys). BlobStoreManagedLedgerOffloader#offload puts role=data|index plus the extraMetadata ManagedLedgerImpl
-# passes ({"ManagedLedgerName": <name>}) on both objects since apache/pulsar#14907 (March 2022).
-MANAGED_LEDGER_NAME_KEY = "managedledgername"
-ROLE_KEY = "role"
 
 
 class OffloadActivities:
@@ -41,7 +41,7 @@ class OffloadActivities:
             head = self._store.head(bucket, key)
             if head is None:
                 continue
-            problem = _ownership_problem(head.metadata, inp.managed_ledger_name, _role_of(key))
+            problem = _ownership_problem(head.metadata, inp.managed_ledger_name, object_role(key))
             if problem:
                 # Nothing is deleted, not even the objects that did match: the pair goes or stays together.
                 reason = f"s3://{bucket}/{key} {problem}; nothing deleted"
@@ -81,11 +81,6 @@ class OffloadActivities:
         return targets
 
 
-def _role_of(key: str) -> str:
-    """The ``role`` Pulsar gives the object under ``key``: ``<uuid>-ledger-<id>`` data, ``…-index`` index."""
-    return "index" if key.endswith("-index") else "data"
-
-
 def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, role: str) -> str:
     """Why the object's user metadata does not prove it is the ``role`` object of ``managed_ledger_name``.
 
@@ -96,7 +91,7 @@ def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, ro
     SKIPPED_METADATA_MISMATCH with this reason), to be removed by an operator who has checked them.
     """
     tags = {k.lower(): v for k, v in metadata.items()}
-    owner = tags.get(MANAGED_LEDGER_NAME_KEY)
+    owner = tags.get(MANAGED_LEDGER_NAME_TAG)
     if owner is None:
         return (
             f"has no ManagedLedgerName metadata, so nothing proves it belongs to {managed_ledger_name!r} "
@@ -104,7 +99,7 @@ def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, ro
         )
     if owner != managed_ledger_name:
         return f"belongs to {owner!r}, request says {managed_ledger_name!r}"
-    found = tags.get(ROLE_KEY)
+    found = tags.get(ROLE_TAG)
     if found != role:
         return f"has role {found!r} where the {role} object of the offload is expected"
     return ""

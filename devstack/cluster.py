@@ -50,6 +50,7 @@ from ledger_deletion.formats.managed_ledger import (
 )
 from ledger_deletion.formats.offload_keys import (
     java_uuid_parts,
+    object_role,
     offload_keys_for_context,
     offload_uuid,
     segment_object_keys,
@@ -286,7 +287,7 @@ class SimulatedCluster:
             for key in segment_object_keys(offload_uuid(seg.uid_msb, seg.uid_lsb))
         }
         for bucket, key in offload_keys_for_context(context, ledger_id, self.bucket):
-            role = "index" if key.endswith("-index") else "data"
+            role = object_role(key)
             self._objects.add((bucket, key))
             # BlobStoreManagedLedgerOffloader's blob user metadata (S3 lower-cases the keys anyway): every
             # object gets the offloader's userMetadata and the format version (DataBlockUtils#addVersionInfo);

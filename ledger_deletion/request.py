@@ -9,16 +9,15 @@ dataclasses travel in workflow payloads, see ``contracts.py``.
 """
 
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from ledger_deletion.errors import InvalidRequestError
+from ledger_deletion.formats.offload_keys import offload_uuid
 
 MAX_LEDGER_ID = 2**63 - 1
-_U64 = 2**64 - 1
 MAX_NAME_LENGTH = 1024
 MAX_PROPERTIES = 64
 MAX_SEGMENTS = 1024
@@ -128,9 +127,9 @@ class PendingDeleteLedgerInfo:
         if self.ledger_type is not LedgerType.OFFLOAD_LEDGER or offload is None:
             return base
         if offload.has_uid:
-            return f"{base}/{_java_uuid(offload.uid_msb, offload.uid_lsb)}"
+            return f"{base}/{offload_uuid(offload.uid_msb, offload.uid_lsb)}"
         first = offload.offload_segment[0] if offload.offload_segment else None
-        return f"{base}/{_java_uuid(first.uid_msb, first.uid_lsb)}" if first else base
+        return f"{base}/{offload_uuid(first.uid_msb, first.uid_lsb)}" if first else base
 
     def summary(self) -> str:
         what = {
@@ -140,11 +139,6 @@ class PendingDeleteLedgerInfo:
         }[self.ledger_component]
         where = "BookKeeper" if self.ledger_type is LedgerType.LEDGER else "tiered storage"
         return f"Delete {what} ledger {self.ledger_id} of {self.topic_name} from {where}"[:200]
-
-
-def _java_uuid(msb: int, lsb: int) -> str:
-    """``new UUID(msb, lsb).toString()`` for the two signed longs of an offload context."""
-    return str(uuid.UUID(int=((msb & _U64) << 64) | (lsb & _U64)))
 
 
 # ---------------------------------------------------------------------------------------------------------

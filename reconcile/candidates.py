@@ -20,7 +20,13 @@ import fastavro
 
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.avro import parsed_schema
-from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, java_uuid_parts
+from ledger_deletion.formats.offload_keys import (
+    BUCKET_PROPERTY,
+    MANAGED_LEDGER_NAME_TAG,
+    ROLE_TAG,
+    java_uuid_parts,
+    object_role,
+)
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
@@ -45,8 +51,6 @@ __all__ = [
 OFFLOAD_DRIVER = "aws-s3"
 SOURCE_PROPERTY = "source"
 SOURCE = "reconcile"
-MANAGED_LEDGER_NAME_META = "managedledgername"  # S3 hands user metadata keys back lower-cased
-ROLE_META = "role"
 
 
 @dataclass(frozen=True)
@@ -153,17 +157,12 @@ def head_owners(
             except ClientError:
                 continue
             meta = {k.lower(): v for k, v in (head.get("Metadata") or {}).items()}
-            name = meta.get(MANAGED_LEDGER_NAME_META)
+            name = meta.get(MANAGED_LEDGER_NAME_TAG)
             if name:
                 names.append(str(name))
-            if not name or meta.get(ROLE_META) != _role_of(key):
+            if not name or meta.get(ROLE_TAG) != object_role(key):
                 untagged = True
         return bucket, uid, ledger_id, (names[0] if names else None), untagged, len(set(names)) > 1
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         return list(pool.map(one, groups))
-
-
-def _role_of(key: str) -> str:
-    """The ``role`` Pulsar writes on the object under ``key`` (the service's ``_role_of``, same rule)."""
-    return "index" if key.endswith("-index") else "data"

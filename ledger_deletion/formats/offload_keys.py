@@ -12,14 +12,18 @@ The uuid is ``new java.util.UUID(uidMsb, uidLsb).toString()`` of the ids stored 
 from __future__ import annotations
 
 import uuid
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ledger_deletion.request import OffloadContext, OffloadDriverMetadata
+if TYPE_CHECKING:  # annotations only: ledger_deletion.request derives its workflow ids with offload_uuid
+    from ledger_deletion.request import OffloadContext, OffloadDriverMetadata
 
 __all__ = [
     "BUCKET_PROPERTY",
+    "MANAGED_LEDGER_NAME_TAG",
+    "ROLE_TAG",
     "java_uuid_parts",
     "ledger_object_keys",
+    "object_role",
     "offload_keys_for_context",
     "offload_uuid",
     "segment_object_keys",
@@ -27,6 +31,11 @@ __all__ = [
 
 BUCKET_PROPERTY: Final = "bucket"
 """Driver-metadata property naming the bucket an offload went to (``TieredStorageConfiguration``)."""
+
+# User metadata a classic offload writes on both objects since apache/pulsar#14907, lower-cased as S3 hands
+# keys back: ``role`` (data | index) and the ``ManagedLedgerName`` extra metadata ManagedLedgerImpl passes.
+MANAGED_LEDGER_NAME_TAG: Final = "managedledgername"
+ROLE_TAG: Final = "role"
 
 _U64 = 2**64 - 1
 _S64_MIN, _S64_MAX = -(2**63), 2**63 - 1
@@ -61,6 +70,11 @@ def ledger_object_keys(uuid: str, ledger_id: int) -> tuple[str, str]:
     """(data key, index key) of a classic per-ledger offload (``DataBlockUtils`` key rules)."""
     data = f"{uuid}-ledger-{ledger_id}"
     return data, f"{data}-index"
+
+
+def object_role(key: str) -> str:
+    """The ``role`` Pulsar writes on the object under ``key``: ``index`` for ``…-index``, else ``data``."""
+    return "index" if key.endswith("-index") else "data"
 
 
 def segment_object_keys(uuid: str) -> tuple[str, str]:

@@ -202,8 +202,8 @@ def test_generated_objects_carry_the_metadata_pulsar_writes() -> None:
     """Classic offloads: role and ManagedLedgerName (apache/pulsar#14907), which the service's own check
     accepts for every offload candidate; segments and pre-#14907 objects: neither. One untagged orphan pair,
     owner known only by its BK ledger's tag, is report-only: the service would refuse it."""
-    from activities.offload import _ownership_problem, _role_of
-    from ledger_deletion.formats.offload_keys import ledger_object_keys
+    from activities.offload import _ownership_problem
+    from ledger_deletion.formats.offload_keys import ledger_object_keys, object_role
 
     plan = plan_cluster(ClusterSpec(ledgers=500, seed=3))
     truth = plan.truth
@@ -211,7 +211,7 @@ def test_generated_objects_carry_the_metadata_pulsar_writes() -> None:
     for off_uuid, ledger_id in truth.offload_candidates:
         keys = ledger_object_keys(off_uuid, ledger_id)
         (name,) = {meta[k]["ManagedLedgerName"] for k in keys}
-        assert [_ownership_problem(meta[k], name, _role_of(k)) for k in keys] == ["", ""]
+        assert [_ownership_problem(meta[k], name, object_role(k)) for k in keys] == ["", ""]
     segments = [k for k in meta if "-ledger-" not in k and k != "README.txt"]
     assert segments and all(set(meta[k]) == {"s3managedledgeroffloaderformatversion"} for k in segments)
     # The untagged pair whose BK copy names the topic (the other untagged pair has no BK ledger).
@@ -228,5 +228,5 @@ def test_generated_objects_carry_the_metadata_pulsar_writes() -> None:
     for key in (data_key, data_key + "-index"):
         assert key in truth.report_only_objects
         assert meta[key] == {"s3managedledgeroffloaderformatversion": "1"}
-        problem = _ownership_problem(meta[key], "public/ns/persistent/t", _role_of(key))
+        problem = _ownership_problem(meta[key], "public/ns/persistent/t", object_role(key))
         assert "no ManagedLedgerName" in problem
