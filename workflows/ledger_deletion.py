@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -192,7 +192,8 @@ class LedgerDeletionWorkflow:
         """The mark phase publishes before it updates metadata: give the broker a grace period to catch up."""
         if not topic.exists or not req.check_ledger_still_in_use:
             return
-        for check in range(policy.in_use_rechecks + 1):
+
+        async def referenced(check: int) -> str:
             answer = await self._activity(
                 Step.ASK_OWNER_BROKER,
                 AskOwnerBrokerInput(req.topic_name, req.ledger_id),
@@ -200,17 +201,9 @@ class LedgerDeletionWorkflow:
                 policy.pulsar_queue,
                 policy,
             )
-            if not answer.in_use:
-                return
-            if check == policy.in_use_rechecks:
-                raise _Finished(
-                    Outcome.SKIPPED_IN_USE,
-                    f"still referenced by {req.topic_name} ({answer.referenced_as}) after {check + 1} checks",
-                )
-            self._step = Step.WAIT_IN_USE
-            if check == 0:
-                workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
-            await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
+            return f"still referenced by {req.topic_name} ({answer.referenced_as})" if answer.in_use else ""
+
+        await self._wait_out_grace(policy, referenced)
 
     async def _wait_until_schema_releases(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
@@ -219,19 +212,34 @@ class LedgerDeletionWorkflow:
         broker to drop it from the locator (it publishes before it updates, as for other ledgers), checking
         the metadata again each time. Applies whatever ``checkLedgerStillInUse`` says: a listed ledger is
         referenced, and deleting it would break the schema."""
+        latest = verified
+
+        async def listed(check: int) -> str:
+            nonlocal latest
+            if check:  # the first answer is the verification already made
+                latest = await self._verify(req, policy)
+                if latest.verdict is not Verdict.MATCH:
+                    raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+            return latest.reason if latest.schema_referenced else ""
+
+        await self._wait_out_grace(policy, listed)
+        return latest
+
+    async def _wait_out_grace(
+        self, policy: DeletionPolicy, referenced: Callable[[int], Awaitable[str]]
+    ) -> None:
+        """Ask ``referenced`` (what still references the ledger, or "") up to ``in_use_rechecks`` more times
+        on a durable timer; still referenced after the last: kept (SKIPPED_IN_USE)."""
         for check in range(policy.in_use_rechecks + 1):
-            if not verified.schema_referenced:
-                break
+            where = await referenced(check)
+            if not where:
+                return
             if check == policy.in_use_rechecks:
-                raise _Finished(Outcome.SKIPPED_IN_USE, f"{verified.reason} after {check + 1} checks")
+                raise _Finished(Outcome.SKIPPED_IN_USE, f"{where} after {check + 1} checks")
             self._step = Step.WAIT_IN_USE
             if check == 0:
                 workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
             await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
-            verified = await self._verify(req, policy)
-            if verified.verdict is not Verdict.MATCH:
-                raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
-        return verified
 
     async def _delete_bk_ledger(
         self,
