@@ -1,12 +1,12 @@
 """Activities on BookKeeper ledger metadata in ZooKeeper: verify that a ledger is what the request says, and
-compare-and-delete it."""
+compare-and-delete it. A schema ledger is also looked up in its schema locator, in Pulsar's metadata store."""
 
 from __future__ import annotations
 
 from temporalio import activity
 
 from activities._boundary import translate_errors
-from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
 from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerResult,
@@ -29,8 +29,9 @@ SCHEMA_ID = "pulsar/schemaId"
 
 
 class BookKeeperActivities:
-    def __init__(self, store: LedgerStore) -> None:
+    def __init__(self, store: LedgerStore, pulsar_metadata: PulsarMetadataStore) -> None:
         self._store = store
+        self._pulsar_metadata = pulsar_metadata
 
     @activity.defn(name="verify_bk_metadata")
     @translate_errors
@@ -62,7 +63,7 @@ class BookKeeperActivities:
 
     def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
         """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""
-        data = self._store.read_schema_locator(schema_id)
+        data = self._pulsar_metadata.read_schema_locator(schema_id)
         if data is None:
             return False, ""
         try:

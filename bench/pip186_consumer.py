@@ -52,7 +52,7 @@ from activities.offload import OffloadActivities  # noqa: E402
 from activities.pulsar_admin import PulsarAdminActivities  # noqa: E402
 from bench import faults  # noqa: E402
 from ledger_deletion.adapters import messaging  # noqa: E402
-from ledger_deletion.adapters.zookeeper import LedgerStore  # noqa: E402
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore  # noqa: E402
 from ledger_deletion.contracts import (  # noqa: E402
     AskOwnerBrokerInput,
     CheckTopicInput,
@@ -105,7 +105,10 @@ class Pip186Consumer:
         admin = admin_client(settings, concurrency)
         store = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, settings.zookeeper_timeout_seconds)
         self.admin = PulsarAdminActivities(admin)
-        self.bk = BookKeeperActivities(store)
+        pulsar_metadata = PulsarMetadataStore(
+            settings.pulsar_metadata_hosts, settings.zookeeper_timeout_seconds
+        )
+        self.bk = BookKeeperActivities(store, pulsar_metadata)
         self.offload = OffloadActivities(object_store(settings, concurrency), settings.offload_bucket)
         self.resubscribe_idle_seconds = resubscribe_idle_seconds
         self.resubscribed = 0

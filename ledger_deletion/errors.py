@@ -12,7 +12,8 @@ decides retryability in exactly one place::
     │   ├── AdminApiUnavailable        Pulsar admin 5xx, timeouts, connection errors
     │   ├── MessagingUnavailable       Pulsar client send/ack failures
     │   ├── DeletionNotConfirmed       objects still visible after DeleteObjects
-    │   └── BucketNotFound             offload bucket not at the configured S3 endpoint / region
+    │   ├── BucketNotFound             offload bucket not at the configured S3 endpoint / region
+    │   └── PulsarMetadataNotFound     the configured store holds no Pulsar metadata (schema locators)
     └── PermanentError                 never retried: the request goes to the dead-letter topic
         ├── InvalidRequestError        a message that cannot be a valid PendingDeleteLedgerInfo
         ├── MetadataFormatError        bytes that are not the format they claim to be
@@ -63,6 +64,17 @@ class BucketNotFound(TransientError):
     after which the waiting retries succeed without a DLQ replay. A bucket that really is elsewhere exhausts
     the retries and the request lands in the dead-letter topic with this reason; nothing is deleted, and
     nothing acked as deleted, on the way.
+    """
+
+
+class PulsarMetadataNotFound(TransientError):
+    """The store configured as Pulsar's metadata store holds none of it, so a reference cannot be checked.
+
+    A schema ledger exists, so Pulsar once wrote ``/schemas`` into its metadata store; when that root is
+    missing, the store read is not Pulsar's (``LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER`` unset where
+    Pulsar's metadata lives apart from BookKeeper's). "No locator" would then mean "not referenced" and the
+    ledger would be deleted unchecked. Retried like a missing bucket: a redeploy with the right setting lets
+    the waiting retries succeed; otherwise the request lands in the dead-letter topic, nothing deleted.
     """
 
 

@@ -97,6 +97,11 @@ class Settings(BaseSettings):
     zookeeper_digest: SecretStr | None = None  # "user:password" for ZooKeeper digest auth
     bk_ledgers_root: str = "/ledgers"
     zookeeper_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Pulsar's own metadata store (managed ledgers, cursors, schema locators) when it is not the ZooKeeper
+    # above: Pulsar's ``metadataStoreUrl`` as ``host:port[,host:port][/chroot]``. Empty: the same ZooKeeper,
+    # as in Pulsar's default deployment. Read for schema locators and by reconcile; never written.
+    pulsar_metadata_zookeeper: str = ""
+    pulsar_metadata_zookeeper_digest: SecretStr | None = None  # None: zookeeper_digest
 
     # Tiered storage (S3-compatible). Empty endpoint = AWS default chain and endpoints.
     s3_endpoint: str = "http://127.0.0.1:19000"
@@ -162,6 +167,21 @@ class Settings(BaseSettings):
     def pulsar_token_value(self) -> str | None:
         """The Pulsar token in clear, for the clients that send it (``None``: no authentication)."""
         return self.pulsar_token.get_secret_value() if self.pulsar_token else None
+
+    @property
+    def pulsar_metadata_hosts(self) -> str:
+        """The ZooKeeper that holds Pulsar's metadata (``/managed-ledgers``, ``/schemas``)."""
+        return self.pulsar_metadata_zookeeper or self.zookeeper
+
+    @property
+    def pulsar_metadata_digest_value(self) -> str | None:
+        """Digest credentials for Pulsar's metadata store: its own, else BookKeeper's ZooKeeper's."""
+        digest = self.pulsar_metadata_zookeeper_digest or self.zookeeper_digest
+        return digest.get_secret_value() if digest else None
+
+    @property
+    def zookeeper_digest_value(self) -> str | None:
+        return self.zookeeper_digest.get_secret_value() if self.zookeeper_digest else None
 
     @property
     def dead_letter_topic(self) -> str:

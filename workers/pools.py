@@ -34,7 +34,7 @@ from activities.pulsar_admin import PulsarAdminActivities
 from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
-from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.policy import deletion_policy, describe_policy
@@ -129,11 +129,17 @@ async def run_pools(
                 settings.zookeeper,
                 settings.bk_ledgers_root,
                 settings.zookeeper_timeout_seconds,
-                settings.zookeeper_digest.get_secret_value() if settings.zookeeper_digest else None,
+                settings.zookeeper_digest_value,
             )
             stack.callback(store.close)
             await _check_ledger_layout(store)
-            bk = BookKeeperActivities(store)
+            pulsar_metadata = PulsarMetadataStore(
+                settings.pulsar_metadata_hosts,
+                settings.zookeeper_timeout_seconds,
+                settings.pulsar_metadata_digest_value,
+            )
+            stack.callback(pulsar_metadata.close)
+            bk = BookKeeperActivities(store, pulsar_metadata)
             host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
             offload = OffloadActivities(

@@ -1,15 +1,16 @@
-"""ZooKeeper access for BookKeeper ledger metadata (kazoo), limited to the ledgers root and schema locators.
+"""ZooKeeper access (kazoo): BookKeeper's ledger metadata, and Pulsar's schema locators, read-only.
 
-Every ledger path this adapter touches is checked to lie under the configured ledgers root, so no request can
-make the service delete anything else in ZooKeeper. The one other read is a schema's locator, under
-``/schemas``: it says which ledgers the schema registry still references.
+Every ledger path :class:`LedgerStore` touches is checked to lie under the configured ledgers root, so no
+request can make the service delete anything else in ZooKeeper. :class:`PulsarMetadataStore` only reads: a
+schema's locator, under ``/schemas``, says which ledgers the schema registry still references. The two may
+be one ZooKeeper (Pulsar's default deployment) or two; each keeps its own session.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 
 from kazoo.client import KazooClient
@@ -31,6 +32,7 @@ from ledger_deletion.errors import (
     ConfigurationError,
     InvalidRequestError,
     MetadataStoreUnavailable,
+    PulsarMetadataNotFound,
 )
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 
@@ -79,6 +81,48 @@ def supported_ledger_manager(layout: bytes) -> str:
     )
 
 
+class ZooKeeperSession:
+    """One lazily started kazoo session, and the translation of kazoo's errors into the project's tree."""
+
+    def __init__(self, hosts: str, timeout_seconds: float, digest: str | None) -> None:
+        self.hosts = hosts
+        self._timeout_seconds = timeout_seconds
+        self._digest = digest  # "user:password"
+        self._client: KazooClient | None = None
+        self._lock = threading.Lock()
+
+    def client(self) -> KazooClient:
+        with self._lock:
+            if self._client is None:
+                auth = [("digest", self._digest)] if self._digest else None
+                client = kazoo_client(self.hosts, self._timeout_seconds, auth)
+                try:
+                    client.start(timeout=self._timeout_seconds)
+                except KazooTimeoutError as exc:
+                    client.close()
+                    raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts} unreachable") from exc
+                self._client = client
+            return self._client
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.stop()
+                self._client.close()
+                self._client = None
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        try:
+            yield
+        except NoAuthError as exc:
+            raise AuthorizationError(f"ZooKeeper {self.hosts} refused access (NoAuth)") from exc
+        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
+            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}") from exc
+        except KazooException as exc:
+            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}: {exc}") from exc
+
+
 @dataclass(frozen=True)
 class Znode:
     data: bytes
@@ -95,19 +139,15 @@ class LedgerStore:
     ledgers_root: str = "/ledgers"
     timeout_seconds: float = 10.0
     digest: str | None = None  # "user:password"
-    _client: KazooClient | None = field(default=None, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _session: ZooKeeperSession = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.ledgers_root.startswith("/") or self.ledgers_root.rstrip("/") == "":
             raise ConfigurationError(f"ledgers root {self.ledgers_root!r} must be an absolute, non-root path")
+        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest)
 
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None:
-                self._client.stop()
-                self._client.close()
-                self._client = None
+        self._session.close()
 
     def path_of(self, ledger_id: int) -> str:
         path = ledger_path(ledger_id, self.ledgers_root)
@@ -142,23 +182,6 @@ class LedgerStore:
             except NoNodeError:
                 return None
         return supported_ledger_manager(data or b"")
-
-    def read_schema_locator(self, schema_id: str) -> bytes | None:
-        """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
-
-        Pulsar keeps schema locators in its own metadata store; in the default deployment that is the
-        ZooKeeper BookKeeper uses too. Where it is not, no locator is found here and the owner broker's
-        answer is the only in-use check left.
-        """
-        segments = schema_id.split("/")
-        if len(segments) != 3 or any(part in ("", ".", "..") for part in segments):
-            raise InvalidRequestError(f"schema id {schema_id[:80]!r} is not tenant/namespace/topic")
-        with self._translated():
-            try:
-                data, _ = self._zk().get(f"{SCHEMAS_ROOT}/{schema_id}")
-            except NoNodeError:
-                return None
-        return data or b""
 
     def delete(self, ledger_id: int, version: int) -> bool | None:
         """Delete the znode only if it still has ``version``.
@@ -196,25 +219,47 @@ class LedgerStore:
         return True
 
     def _zk(self) -> KazooClient:
-        with self._lock:
-            if self._client is None:
-                auth = [("digest", self.digest)] if self.digest else None
-                client = kazoo_client(self.hosts, self.timeout_seconds, auth)
-                try:
-                    client.start(timeout=self.timeout_seconds)
-                except KazooTimeoutError as exc:
-                    client.close()
-                    raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts} unreachable") from exc
-                self._client = client
-            return self._client
+        return self._session.client()
 
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        try:
-            yield
-        except NoAuthError as exc:
-            raise AuthorizationError("ZooKeeper refused access (NoAuth)") from exc
-        except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
-            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}") from exc
-        except KazooException as exc:
-            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}: {exc}") from exc
+    def _translated(self) -> AbstractContextManager[None]:
+        return self._session.translated()
+
+
+@dataclass
+class PulsarMetadataStore:
+    """Reads of Pulsar's own metadata store (``metadataStoreUrl``), where schema locators live."""
+
+    hosts: str
+    timeout_seconds: float = 10.0
+    digest: str | None = None  # "user:password"
+    _session: ZooKeeperSession = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def read_schema_locator(self, schema_id: str) -> bytes | None:
+        """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
+
+        Raises:
+            InvalidRequestError: a schema id that is not ``tenant/namespace/topic``.
+            PulsarMetadataNotFound: no locator, and no ``/schemas`` at all: this store is not the one Pulsar
+                writes its schemas to, so "no locator" proves nothing.
+        """
+        segments = schema_id.split("/")
+        if len(segments) != 3 or any(part in ("", ".", "..") for part in segments):
+            raise InvalidRequestError(f"schema id {schema_id[:80]!r} is not tenant/namespace/topic")
+        with self._session.translated():
+            zk = self._session.client()
+            try:
+                data, _ = zk.get(f"{SCHEMAS_ROOT}/{schema_id}")
+            except NoNodeError:
+                if zk.exists(SCHEMAS_ROOT) is None:
+                    raise PulsarMetadataNotFound(
+                        f"ZooKeeper {self.hosts} has no {SCHEMAS_ROOT}, so it is not where Pulsar keeps its "
+                        "schemas: set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadata store"
+                    ) from None
+                return None
+        return data or b""

@@ -17,7 +17,7 @@ from activities.pulsar_admin import PulsarAdminActivities
 from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
-from ledger_deletion.adapters.zookeeper import LedgerStore
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
 from ledger_deletion.contracts import (
     AskOwnerBrokerInput,
     CheckTopicInput,
@@ -68,9 +68,10 @@ def request(
 
 @pytest.fixture(scope="module")
 def bk(stack: StackEndpoints) -> Any:
-    store = LedgerStore(stack.zookeeper)
-    yield BookKeeperActivities(store)
+    store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
+    yield BookKeeperActivities(store, pulsar_metadata)
     store.close()
+    pulsar_metadata.close()
 
 
 def put_ledger(zk: KazooClient, ledger_id: int, custom: dict[str, str], version: int = 3) -> str:
@@ -151,17 +152,18 @@ async def test_metadata_must_match_the_request(bk, zk, new_ledger_id, custom, re
     assert (verify(bk, request(ledger_id, component, **req_kwargs))).verdict is verdict
 
 
-def put_schema_locator(zk: KazooClient, schema_id: str, ledger_ids: list[int]) -> None:
+def put_schema_locator(zk: KazooClient, schema_id: str, ledger_ids: list[int], root: str = "") -> None:
     locator = ml.SchemaLocator()
     for version, ledger_id in enumerate(ledger_ids):
         entry = locator.index.add(version=version, hash=b"h")
         entry.position.ledgerId, entry.position.entryId = ledger_id, 0
     locator.info.CopyFrom(entry)
     data = ml.serialize_schema_locator(locator)
-    if zk.exists(f"/schemas/{schema_id}"):
-        zk.set(f"/schemas/{schema_id}", data)
+    path = f"{root}/schemas/{schema_id}"
+    if zk.exists(path):
+        zk.set(path, data)
     else:
-        zk.create(f"/schemas/{schema_id}", data, makepath=True)
+        zk.create(path, data, makepath=True)
 
 
 async def test_schema_ledger_listed_by_its_locator_is_reported_referenced(bk, zk, new_ledger_id) -> None:
@@ -172,6 +174,7 @@ async def test_schema_ledger_listed_by_its_locator_is_reported_referenced(bk, zk
         put_ledger(zk, ledger_id, schema_custom_metadata(schema_id))
     req = request(listed, LedgerComponent.SCHEMA_STORAGE, topic_name=schema_id, schema_id=schema_id)
 
+    zk.ensure_path("/schemas")  # Pulsar's schema root: this store holds schemas
     assert verify(bk, req).schema_referenced is False  # no locator: the schema is gone
     put_schema_locator(zk, schema_id, [other, listed])
     result = verify(bk, req)
@@ -182,6 +185,44 @@ async def test_schema_ledger_listed_by_its_locator_is_reported_referenced(bk, zk
     zk.set(f"/schemas/{schema_id}", b"\xff\x01")  # unreadable: it may still list the ledger
     result = verify(bk, req)
     assert result.schema_referenced is True and "unreadable" in result.reason
+
+
+async def test_schema_locators_are_read_from_pulsars_own_metadata_store(stack, zk, new_ledger_id) -> None:
+    """Pulsar's metadata apart from BookKeeper's (a chroot here): its locator is read there, not in BK's."""
+    pulsar_root = f"/pulsar-metadata-{uuid.uuid4().hex[:8]}"
+    schema_id = f"acts/ns1/split-{uuid.uuid4().hex[:8]}"
+    listed = new_ledger_id()
+    put_ledger(zk, listed, schema_custom_metadata(schema_id))
+    zk.ensure_path("/schemas")  # BookKeeper's ZooKeeper has schemas of its own, none for this one
+    put_schema_locator(zk, schema_id, [listed], root=pulsar_root)
+    req = request(listed, LedgerComponent.SCHEMA_STORAGE, topic_name=schema_id, schema_id=schema_id)
+    store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + pulsar_root)
+    try:
+        result = verify(BookKeeperActivities(store, pulsar_metadata), req)
+    finally:
+        store.close()
+        pulsar_metadata.close()
+    assert (result.verdict, result.schema_referenced) == (Verdict.MATCH, True)
+
+
+async def test_a_store_without_schemas_is_not_read_as_no_locator(stack, zk, new_ledger_id) -> None:
+    """A schema ledger exists, so Pulsar's store has /schemas: one without it is the wrong store. Retried."""
+    empty_root = f"/not-pulsar-{uuid.uuid4().hex[:8]}"
+    zk.ensure_path(empty_root)
+    schema_id = f"acts/ns1/lost-{uuid.uuid4().hex[:8]}"
+    ledger_id = new_ledger_id()
+    put_ledger(zk, ledger_id, schema_custom_metadata(schema_id))
+    req = request(ledger_id, LedgerComponent.SCHEMA_STORAGE, topic_name=schema_id, schema_id=schema_id)
+    store, wrong_store = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + empty_root)
+    try:
+        with pytest.raises(ApplicationError) as failure:
+            verify(BookKeeperActivities(store, wrong_store), req)
+    finally:
+        store.close()
+        wrong_store.close()
+    assert failure.value.type == "PulsarMetadataNotFound" and not failure.value.non_retryable
+    assert "LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER" in str(failure.value)
+    assert zk.exists(ledger_path(ledger_id)) is not None
 
 
 async def test_unreadable_metadata_is_a_mismatch(bk, zk, new_ledger_id) -> None:

@@ -183,6 +183,47 @@ async def test_offload_in_a_bucket_that_is_not_there_is_dead_lettered_not_acked_
     assert missing in props["ledger-deletion.reason"]
 
 
+async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart(
+    settings: Settings, temporal_client: Client, zk, s3, stack, new_ledger_id
+) -> None:
+    """Pulsar's metadata in a store of its own (a chroot here), BookKeeper's at the top: the locator found
+    there keeps the live schema ledger and lets the dropped version go. Read from BookKeeper's ZooKeeper,
+    which has no locator, both would have been deleted."""
+    run = uuid.uuid4().hex[:6]
+    pulsar_root = f"/pulsar-metadata-{run}"
+    apart = settings.with_overrides(
+        topic=f"{settings.topic}-apart-{run}",
+        task_queue_prefix=f"{settings.task_queue_prefix}-apart-{run}",
+        pulsar_metadata_zookeeper=stack.zookeeper + pulsar_root,
+    )
+    schema_id = f"e2e/ns-{run}/orders"
+    dropped, live = new_ledger_id(), new_ledger_id()
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    cluster.add_schema(schema_id, [dropped, live])
+    cluster.add_schema(schema_id, [live])  # the broker dropped a version: the locator lists only `live`
+    locator, _ = zk.get(f"/schemas/{schema_id}")
+    zk.create(f"{pulsar_root}/schemas/{schema_id}", locator, makepath=True)  # move it to Pulsar's store
+    zk.delete(f"/schemas/{schema_id}")
+    requests = {
+        ledger_id: PendingDeleteLedgerInfo(
+            schema_id, LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, ledger_id, schema_id=schema_id
+        )
+        for ledger_id in (dropped, live)
+    }
+    async with running_pools(apart, temporal_client) as running:
+        with RequestPublisher(apart) as publisher:
+            for request in requests.values():
+                publisher.publish(request)
+        results = {
+            ledger_id: await wait_for_result(temporal_client, request.workflow_id, timeout=90)
+            for ledger_id, request in requests.items()
+        }
+        await wait_until_all_acked(running)
+    assert results[dropped].outcome is Outcome.DELETED
+    assert results[live].outcome is Outcome.SKIPPED_IN_USE and "schema locator" in results[live].reason
+    assert cluster.ledger_exists(live) and not cluster.ledger_exists(dropped)
+
+
 async def test_restarted_pulsar_pool_loses_nothing(
     settings: Settings, temporal_client: Client, zk, s3, stack
 ) -> None:
