@@ -79,6 +79,9 @@ class MessageRef:
     ack_queue: str  # task queue of the receiving process's ack worker
     topic: str = ""
     redelivery_count: int = 0
+    # The message's own checkLedgerStillInUse: a message that joins a run started without the check can
+    # still ask for it (older senders leave it out: False, as before).
+    check_ledger_still_in_use: bool = False
 
 
 # --- workflow ---------------------------------------------------------------------------------------------

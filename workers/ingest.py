@@ -222,6 +222,7 @@ class Ingestor:
                 ack_queue=self.ack_queue,
                 topic=message.topic_name(),
                 redelivery_count=message.redelivery_count(),
+                check_ledger_still_in_use=request.check_ledger_still_in_use,
             )
             try:
                 await self._start_or_join(request, ref)
@@ -280,7 +281,14 @@ class Ingestor:
                 description.status.name if description.status else "?",
             )
             try:
-                await self._start_or_join(handoff.request, MessageRef(key, self.ack_queue))
+                await self._start_or_join(
+                    handoff.request,
+                    MessageRef(
+                        key,
+                        self.ack_queue,
+                        check_ledger_still_in_use=handoff.request.check_ledger_still_in_use,
+                    ),
+                )
             except WorkflowStartRejected as exc:
                 # Taken once, refused now (a search attribute removed, a lower size limit). The original
                 # payload is gone by now: the dead letter carries the request, encoded again.

@@ -56,6 +56,7 @@ WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
 STATUS_QUERY = "status"
 RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id, 2026-11-25
+CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 
 _R = TypeVar("_R")
@@ -190,7 +191,7 @@ class LedgerDeletionWorkflow:
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, topic: CheckTopicResult
     ) -> None:
         """The mark phase publishes before it updates metadata: give the broker a grace period to catch up."""
-        if not topic.exists or not req.check_ledger_still_in_use:
+        if not topic.exists or not self._in_use_check_wanted(req):
             return
 
         async def referenced(check: int) -> str:
@@ -204,6 +205,15 @@ class LedgerDeletionWorkflow:
             return f"still referenced by {req.topic_name} ({answer.referenced_as})" if answer.in_use else ""
 
         await self._wait_out_grace(policy, referenced)
+
+    def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:
+        """Asked for by the request, or by any message that joined before this point: one message saying
+        "check" is enough, whichever came first. Runs that got such a message before the check honoured
+        joined messages replay without it (the patch is only looked at when it would change the answer)."""
+        if req.check_ledger_still_in_use:
+            return True
+        joined_asks = any(ref.check_ledger_still_in_use for ref in self._refs.values())
+        return joined_asks and workflow.patched(CHECK_USE_FOR_JOINED)
 
     async def _wait_until_schema_releases(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult

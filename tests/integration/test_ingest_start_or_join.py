@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulsar
@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
+from ledger_deletion.formats.avro import encode_request
 from ledger_deletion.ops.deletions import describe_deletion
 from ledger_deletion.policy import deletion_policy
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
@@ -106,6 +107,51 @@ async def test_first_message_starts_the_run_and_the_next_joins_it(
     assert (await describe_deletion(temporal_client, req.workflow_id)).messages == 2
     runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{req.workflow_id}'")]
     assert len(runs) == 1
+
+
+@dataclass
+class ReceivedMessage:
+    """What the ingest reads of a received Pulsar message."""
+
+    payload: bytes
+    topic: str = "persistent://pulsar/system/__ledger_deletion-partition-0"
+
+    def data(self) -> bytes:
+        return self.payload
+
+    def properties(self) -> dict[str, str]:
+        return {}
+
+    def topic_name(self) -> str:
+        return self.topic
+
+    def redelivery_count(self) -> int:
+        return 0
+
+
+async def test_a_joining_message_carries_its_own_in_use_check(
+    ingestors: Ingestors, temporal_client: Client, new_ledger_id
+) -> None:
+    """The run's input has the first message's checkLedgerStillInUse; a joining message brings its own, so a
+    run started without the check learns that a later message asks for it."""
+    ingestor = ingestors.new(f"idle-{uuid.uuid4().hex[:6]}")
+    req = ingestors.request(new_ledger_id())
+    for key, check in (("1:1:-1", False), ("1:2:-1", True)):
+        message = ReceivedMessage(encode_request(replace(req, check_ledger_still_in_use=check)))
+        await ingestor._hand_off(message, key)
+
+    handle = temporal_client.get_workflow_handle(req.workflow_id)
+    started = await started_input(temporal_client, handle)
+    assert started.request.check_ledger_still_in_use is False
+    assert started.first_message is not None and started.first_message.check_ledger_still_in_use is False
+    history = await handle.fetch_history()
+    [signal] = [
+        e.workflow_execution_signaled_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+    ]
+    [joined] = await temporal_client.data_converter.decode(list(signal.input.payloads), [MessageRef])
+    assert joined == MessageRef("1:2:-1", ingestor.ack_queue, ReceivedMessage(b"").topic, 0, True)
 
 
 async def test_run_that_closed_before_the_join_is_started_again(

@@ -3,7 +3,9 @@
 Each shape of run the workflow code has had keeps its histories (``deleted.json``: started by
 signal-with-start; ``first_message-*``: first message in the input; ``outcome_with_completion-*``: the
 outcome search attributes written with the completion; ``recheck-*``: the schema locator wait and the owner
-asked again after a version race). When the workflow changes what a run does, guard
+asked again after a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
+``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
+that ask, and has no patch marker). When the workflow changes what a run does, guard
 the change (a new input field with a default, or ``workflow.patched()``) and record the new shape under a
 new prefix, keeping the old files: those runs may still be open in production.
 """
@@ -34,6 +36,11 @@ CASES: dict[str, Callable[[Fakes], None]] = {
     "dead_lettered": lambda f: setattr(f, "delete_error", "ZooKeeper gone"),
     "offloaded": lambda f: None,
     "schema_listed_then_deleted": lambda f: setattr(f, "schema_listed", [True, False]),
+    # The second message joins while check_topic stalls and asks for the check the first did not.
+    "joined_asks_check": lambda f: (
+        setattr(f, "first_check_stalls_seconds", 1.0),
+        setattr(f, "in_use_answers", [True, False]),
+    ),
 }
 
 
@@ -54,9 +61,15 @@ async def record(prefix: str, address: str = "127.0.0.1:17233") -> None:
                 request = {
                     "offloaded": offload_request(900),
                     "schema_listed_then_deleted": schema_request(902),
+                    "joined_asks_check": data_request(903, check_ledger_still_in_use=False),
                 }.get(name, data_request(901))
+                second_asks = name == "joined_asks_check"
                 await Harness(client, queue, fakes).run(
-                    request, refs=[MessageRef("m-1", queue), MessageRef("m-2", queue)]
+                    request,
+                    refs=[
+                        MessageRef("m-1", queue),
+                        MessageRef("m-2", queue, check_ledger_still_in_use=second_asks),
+                    ],
                 )
         execution = [w async for w in client.list_workflows(f'TaskQueue="{queue}"')][0]
         history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()

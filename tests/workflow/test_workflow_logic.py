@@ -378,6 +378,29 @@ async def test_every_message_that_joined_is_acked(harness: Harness) -> None:
     assert result.messages_acked == 3
 
 
+@pytest.mark.parametrize("joined_asks", [True, False])
+async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
+    harness: Harness, joined_asks: bool
+) -> None:
+    """The run was started by a message with checkLedgerStillInUse=false; a second message for the ledger,
+    arriving while the first round runs, asks for the check: the owner is asked, and the ledger it still
+    uses is kept. Without that second message's ask the run deletes without asking, as the first said."""
+    harness.fakes.first_check_stalls_seconds = 1.0  # the second message joins while check_topic runs
+    harness.fakes.in_use_answers = [True]
+    refs = [
+        MessageRef("first", harness.queue, check_ledger_still_in_use=False),
+        MessageRef("second", harness.queue, check_ledger_still_in_use=joined_asks),
+    ]
+    result = await harness.run(data_request(check_ledger_still_in_use=False), refs=refs)
+    if joined_asks:
+        assert result.outcome is Outcome.SKIPPED_IN_USE
+        assert harness.fakes.calls["ask_owner_broker"] == harness.policy.in_use_rechecks + 1
+        assert harness.fakes.calls["delete_bk_ledger"] == 0
+    else:
+        assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
+    assert sorted(harness.fakes.acked) == ["first", "second"]
+
+
 async def test_message_whose_holder_is_gone_is_left_for_redelivery(harness: Harness) -> None:
     refs = [MessageRef("held", harness.queue), MessageRef("orphan", f"{harness.queue}-nobody-polls-this")]
     harness.fakes.in_use_answers = [True, False]
