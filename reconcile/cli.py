@@ -1,7 +1,8 @@
 """``ledger-deletion reconcile``: find existing orphans and (with ``--submit``) hand them to the service.
 
 The lead's CLI mounts :func:`reconcile` as a command (``app.command(name="reconcile")(reconcile)``). Settings
-(ZooKeeper, ledgers root, S3 endpoint, offload bucket) come from the environment as for every command.
+(ZooKeeper, ledgers root, Pulsar's metadata store, S3 endpoint, offload bucket) come from the environment as
+for every command.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 __all__ = ["reconcile", "run_from_settings"]
 
@@ -29,6 +31,7 @@ def run_from_settings(
     extract_workers: int = 2,
     extra_buckets: tuple[str, ...] = (),
 ) -> int:
+    from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound
     from ledger_deletion.settings import load_settings
     from reconcile.extract import ExtractConfig
     from reconcile.job import JobConfig, parse_duration, run
@@ -53,9 +56,9 @@ def run_from_settings(
             buckets=tuple(dict.fromkeys((settings.offload_bucket, *extra_buckets))),
             workers=extract_workers,
             zk_timeout=settings.zookeeper_timeout_seconds,
-            zk_auth_digest=settings.zookeeper_digest.get_secret_value()
-            if settings.zookeeper_digest
-            else None,
+            zk_auth_digest=settings.zookeeper_digest_value,
+            pulsar_metadata_zookeeper=settings.pulsar_metadata_hosts,
+            pulsar_metadata_auth_digest=settings.pulsar_metadata_digest_value,
         ),
         out=out,
         min_age_seconds=min_age_seconds,
@@ -70,7 +73,13 @@ def run_from_settings(
         def publish(requests: object) -> int:
             return publish_requests(settings, requests, progress=True)  # type: ignore[arg-type]
 
-    result = run(config, console=console, publish=publish)
+    try:
+        result = run(config, console=console, publish=publish)
+    except (ConfigurationError, PulsarMetadataNotFound) as exc:
+        # Settings that cannot give a true report (e.g. Pulsar's metadata read from the wrong store): the
+        # job stopped before writing candidates or publishing; exit as for any other bad input.
+        console.print(f"[red]refused:[/red] {escape(str(exc))}")  # "[/chroot]" is no markup
+        return 2
     return 1 if result.rejected else 0
 
 

@@ -18,6 +18,13 @@ Four tables, each a directory of Parquet part files (one per work unit) under th
 Order matters for safety: BK ledgers are listed first, then objects, then references, so anything created
 between the scans is either invisible or referenced; the minimum age covers the rest.
 
+Two metadata stores: BookKeeper's ledgers are read from ``zookeeper``, Pulsar's own metadata (managed ledgers,
+cursors, schema locators) from ``pulsar_metadata_zookeeper`` (Pulsar's ``metadataStoreUrl``), which in many
+deployments is another ensemble or chroot. Read from the wrong store, Pulsar's metadata is simply absent and
+every Pulsar ledger would look orphaned; so when that store has no managed-ledgers root at all while the BK
+ledgers include Pulsar-tagged ones, the extract refuses (:class:`PulsarMetadataNotFound`) before anything is
+reconciled.
+
 The work runs in a pool of processes (the "parallel exporter"), each with its own ZooKeeper session that
 pipelines asynchronous reads, each unit written atomically as its own part file. With ``resume=True`` the
 units whose part file exists are skipped: an interrupted extract restarts where it stopped. (References
@@ -40,7 +47,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ledger_deletion.errors import MetadataFormatError
+from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import (
     CUSTOM_APPLICATION,
     CUSTOM_COMPACTED_TOPIC,
@@ -81,6 +88,8 @@ OFFLOAD_OBJECTS = "offload_objects"
 
 COMPACTION_CURSOR = "__compaction"
 COMPACTED_TOPIC_LEDGER = "CompactedTopicLedger"
+PULSAR_APPLICATION = "pulsar"  # the ``application`` tag of every ledger a broker creates
+PULSAR_METADATA_SETTING = "LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER"
 
 SCHEMAS: dict[str, pa.Schema] = {
     BK_LEDGERS: pa.schema(
@@ -134,7 +143,8 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    """Where to read from. ``zookeeper`` may carry a chroot (``host:port/chroot``)."""
+    """Where to read from. ``zookeeper`` holds BookKeeper's ledgers root; ``pulsar_metadata_zookeeper``
+    Pulsar's managed-ledgers and schemas roots. Either may carry a chroot (``host:port/chroot``)."""
 
     zookeeper: str
     ledgers_root: str = "/ledgers"
@@ -146,6 +156,16 @@ class ExtractConfig:
     workers: int = 2
     zk_timeout: float = 30.0
     zk_auth_digest: str | None = None  # "user:password"
+    pulsar_metadata_zookeeper: str | None = None  # None (or empty): the same as ``zookeeper``
+    pulsar_metadata_auth_digest: str | None = None  # None: ``zk_auth_digest``
+
+    @property
+    def pulsar_metadata_hosts(self) -> str:
+        return self.pulsar_metadata_zookeeper or self.zookeeper
+
+    @property
+    def pulsar_metadata_digest(self) -> str | None:
+        return self.pulsar_metadata_auth_digest or self.zk_auth_digest
 
 
 @dataclass(frozen=True)
@@ -176,24 +196,35 @@ class ExtractResult:
 ProgressFn = Callable[[str, int, int], None]
 
 # ---------------------------------------------------------------------------------------------------------
-# ZooKeeper sessions (one per process, reused by every unit that process runs)
+# ZooKeeper sessions (one per process and store, reused by every unit that process runs)
 # ---------------------------------------------------------------------------------------------------------
 
-_clients: dict[str, Any] = {}
+# Keyed by (hosts, digest): BookKeeper's ZooKeeper and Pulsar's metadata store may differ in either, and a
+# process reads from both (the driver lists units of both).
+_clients: dict[tuple[str, str | None], Any] = {}
 
 
-def _zk(config: ExtractConfig) -> Any:
-    client = _clients.get(config.zookeeper)
+def _session(hosts: str, digest: str | None, timeout: float) -> Any:
+    key = (hosts, digest)
+    client = _clients.get(key)
     if client is None or not client.connected:
         from kazoo.client import KazooClient
 
-        auth = [("digest", config.zk_auth_digest)] if config.zk_auth_digest else None
-        client = KazooClient(
-            hosts=config.zookeeper, timeout=config.zk_timeout, auth_data=auth, read_only=True
-        )
-        client.start(timeout=config.zk_timeout)
-        _clients[config.zookeeper] = client
+        auth = [("digest", digest)] if digest else None
+        client = KazooClient(hosts=hosts, timeout=timeout, auth_data=auth, read_only=True)
+        client.start(timeout=timeout)
+        _clients[key] = client
     return client
+
+
+def _zk(config: ExtractConfig) -> Any:
+    """The session on BookKeeper's ZooKeeper (the ledgers root)."""
+    return _session(config.zookeeper, config.zk_auth_digest, config.zk_timeout)
+
+
+def _pulsar_zk(config: ExtractConfig) -> Any:
+    """The session on Pulsar's metadata store (the managed-ledgers and schemas roots)."""
+    return _session(config.pulsar_metadata_hosts, config.pulsar_metadata_digest, config.zk_timeout)
 
 
 def _close_clients() -> None:
@@ -335,7 +366,7 @@ def scan_bk_unit(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
 
 def list_reference_units(config: ExtractConfig) -> list[Unit]:
     """``.../persistent`` dirs of the managed-ledger tree (V2 depth 3, V1 depth 4), schema namespaces."""
-    zk = _zk(config)
+    zk = _pulsar_zk(config)
     units: list[Unit] = []
     ml_root = config.managed_ledgers_root.rstrip("/")
     level = [ml_root]
@@ -357,13 +388,43 @@ def list_reference_units(config: ExtractConfig) -> list[Unit]:
     return units
 
 
+def _refuse_without_pulsar_metadata(config: ExtractConfig, directory: Path) -> None:
+    """Raise :class:`PulsarMetadataNotFound` when Pulsar's metadata store has no managed-ledgers root while
+    the BK ledgers extracted into ``directory`` include Pulsar's: the store read is not the brokers' one.
+
+    Every managed ledger's record lives under that root, so a store that ever held one has it; a store
+    without it is not Pulsar's, or its chroot is wrong. (Should a cluster ever lose the root with its last
+    topic while orphans remain, the job refuses where it could have gone on: the safe side.) The common case
+    costs one ``exists``; only when the root is missing are the BK parts read (the ``application`` column
+    alone). A cluster without Pulsar ledgers has nothing to protect and passes.
+    """
+    ml_root = config.managed_ledgers_root.rstrip("/") or "/"
+    if _pulsar_zk(config).exists(ml_root) is not None:
+        return
+    tagged = pq.read_table(
+        directory / BK_LEDGERS, columns=["application"], filters=[("application", "==", PULSAR_APPLICATION)]
+    ).num_rows
+    if not tagged:
+        return
+    store = config.pulsar_metadata_hosts
+    if store == config.zookeeper:  # the likeliest mistake: the setting left empty
+        store += f" (the same as BookKeeper's, as when {PULSAR_METADATA_SETTING} is empty)"
+    raise PulsarMetadataNotFound(
+        f"Pulsar's metadata store {store} has no {ml_root} znode, but {tagged} BookKeeper ledgers in "
+        f"{config.ledgers_root} on {config.zookeeper} are tagged application={PULSAR_APPLICATION}. This is "
+        f"not the store Pulsar's brokers write to: every one of them would be reported as an orphan, so "
+        f"nothing was reconciled. Set {PULSAR_METADATA_SETTING} to Pulsar's metadataStoreUrl "
+        f"(host:port[,host:port][/chroot])."
+    )
+
+
 def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", lambda m: f"%{ord(m.group()):02X}", text.replace("/", "_"))
 
 
 def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, list[Any]]]:
     """References (and offload contexts) of one unit: a ``persistent`` directory or a schema namespace."""
-    zk = _zk(config)
+    zk = _pulsar_zk(config)
     refs: dict[str, list[Any]] = {name: [] for name in SCHEMAS[REFERENCES].names}
     ctxs: dict[str, list[Any]] = {name: [] for name in SCHEMAS[OFFLOAD_CONTEXTS].names}
 
@@ -576,7 +637,12 @@ def extract_all(
     resume: bool = False,
     progress: ProgressFn | None = None,
 ) -> ExtractResult:
-    """Run the whole extract into ``directory`` (BK ledgers, then objects, then references)."""
+    """Run the whole extract into ``directory`` (BK ledgers, then objects, then references).
+
+    Raises:
+        PulsarMetadataNotFound: right after the BK ledgers, before the (longer) object listing, when Pulsar's
+            metadata store has no managed-ledgers root yet Pulsar-tagged ledgers exist.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     result = ExtractResult(directory)
     report = progress or (lambda _stage, _done, _total: None)
@@ -608,6 +674,8 @@ def extract_all(
                     _empty_table(directory, table)
                     result.rows[table] = pq.ParquetDataset(directory / table).read(columns=[]).num_rows
                 result.seconds[stage] = time.monotonic() - started
+                if stage == BK_LEDGERS:
+                    _refuse_without_pulsar_metadata(config, directory)
         finally:
             _close_clients()
     return result

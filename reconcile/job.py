@@ -9,11 +9,12 @@ on a Spark cluster::
         --min-age 24h --out /shared/reconcile/$(date +%F) [--tenant T] [--submit] [--resume]
 
 The driver host needs the project installed (``pip install '.[spark]'``): the extract and the outputs run
-there, with settings (``LEDGER_DELETION_ZOOKEEPER``, ``LEDGER_DELETION_S3_ENDPOINT``,
-``LEDGER_DELETION_OFFLOAD_BUCKET``, ...) from its environment as for every other command. The executors need
-nothing of ours: the reconcile is pure Spark SQL (no Python UDFs), so no ``--py-files``. ``--out`` must be a
-directory driver and executors share (e.g. an NFS mount): the executors read the extract's Parquet there
-and write ``findings.parquet``. Client deploy mode: the extract on the driver talks to ZooKeeper and S3.
+there, with settings (``LEDGER_DELETION_ZOOKEEPER``, ``LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER``,
+``LEDGER_DELETION_S3_ENDPOINT``, ``LEDGER_DELETION_OFFLOAD_BUCKET``, ...) from its environment as for every
+other command. The executors need nothing of ours: the reconcile is pure Spark SQL (no Python UDFs), so no
+``--py-files``. ``--out`` must be a directory driver and executors share (e.g. an NFS mount): the executors
+read the extract's Parquet there and write ``findings.parquet``. Client deploy mode: the extract on the
+driver talks to ZooKeeper and S3.
 
 Why the extract is a parallel exporter and not Spark tasks running kazoo (both exist: ``extract_all`` and
 ``extract.spark_scan_bk_ledgers``; ``bench/reconcile_benchmark.py --scan-ab`` times them on the same units):
