@@ -3,6 +3,8 @@ compare-and-delete it. A schema ledger is also looked up in its schema locator, 
 
 from __future__ import annotations
 
+import logging
+
 from temporalio import activity
 
 from activities._boundary import translate_errors
@@ -27,6 +29,8 @@ MANAGED_LEDGER = "pulsar/managed-ledger"
 CURSOR = "pulsar/cursor"
 SCHEMA_ID = "pulsar/schemaId"
 
+log = logging.getLogger(__name__)
+
 
 class BookKeeperActivities:
     def __init__(self, store: LedgerStore, pulsar_metadata: PulsarMetadataStore) -> None:
@@ -38,6 +42,7 @@ class BookKeeperActivities:
     def verify_bk_metadata(self, inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
         znode = self._store.read(inp.request.ledger_id)
         if znode is None:
+            self._store.confirm_formatted()  # "not found" under a root that is not BookKeeper's means nothing
             return VerifyBkMetadataResult(Verdict.NOT_FOUND, reason="no ledger znode")
         try:
             metadata = parse_ledger_metadata(znode.data)
@@ -79,6 +84,16 @@ class BookKeeperActivities:
     @translate_errors
     def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
+        if deleted is None and activity.info().attempt > 1:
+            # An earlier attempt of this delete failed while or after sending it (connection lost, timed out)
+            # and the znode it verified is gone: that delete took effect. Nothing else deletes a ledger the
+            # broker has handed over to this service (under PIP-186 it sends its deletes here).
+            log.info(
+                "ledger %d gone when attempt %d ran: deleted by an earlier attempt",
+                inp.ledger_id,
+                activity.info().attempt,
+            )
+            return DeleteBkLedgerResult(DeleteBkLedgerStatus.DELETED)
         if deleted is None:
             return DeleteBkLedgerResult(DeleteBkLedgerStatus.ALREADY_DELETED)
         return DeleteBkLedgerResult(
@@ -107,6 +122,11 @@ def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[V
         # A data ledger carries no cursor tag: a cursor ledger claimed as data is a mismatch.
         expected = {COMPONENT: "managed-ledger", MANAGED_LEDGER: request.managed_ledger_name, CURSOR: None}
     for key, want in expected.items():
+        if want is None:
+            # Absent, not merely unreadable: ``custom`` reads a non-UTF-8 value as None too.
+            if key in metadata.custom_metadata:
+                return Verdict.MISMATCH, f"{key} is set, request says it is absent"
+            continue
         have = component if key == COMPONENT else metadata.custom(key)
         if have != want:
             return Verdict.MISMATCH, f"{key} is {have!r}, request says {want!r}"

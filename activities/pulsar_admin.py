@@ -40,6 +40,6 @@ class PulsarAdminActivities:
             response = self._admin.internal_stats(f"{inp.topic_name}-partition-0")
             if not response.found:
                 return AskOwnerBrokerResult(in_use=False, topic_exists=False, owner_url=response.served_by)
-        referenced = ledgers_in_use(response.body or {})
+        referenced = ledgers_in_use(response.body)
         where = referenced.get(inp.ledger_id, "")
         return AskOwnerBrokerResult(in_use=bool(where), referenced_as=where, owner_url=response.served_by)

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ledger_deletion.formats.bk_paths import DEFAULT_LEDGERS_ROOT, HIERARCHICAL_LAYOUT, LAYOUT_ZNODE
 from ledger_deletion.search_attributes import cli_types, dev_server_flags
 from ledger_deletion.settings import DEFAULT_TOPIC
 
@@ -335,6 +336,7 @@ class Stack:
             ports=(p.zookeeper,),
             healthy=lambda: _zookeeper_healthy(ep.zookeeper),
             listening=lambda: _zookeeper_ruok(p.zookeeper) is not None,
+            ready=lambda: _format_ledgers_root(ep),
             files={
                 zk_cfg: "\n".join(
                     [
@@ -856,6 +858,20 @@ def _retry_temporal_cli(args: list[str], failure: str) -> subprocess.CompletedPr
         last = (result.stderr or result.stdout).strip() if result is not None else "temporal CLI timed out"
         time.sleep(0.5)
     raise StackError(f"{failure}: {last}")
+
+
+def _format_ledgers_root(endpoints: StackEndpoints) -> None:
+    """Write ``/ledgers/LAYOUT`` as BookKeeper's format does before its first bookie starts (kept on disk
+    across restarts): the service refuses a ledgers root without it."""
+    from kazoo.exceptions import NodeExistsError
+
+    zk = endpoints.zookeeper_client()
+    try:
+        with contextlib.suppress(NodeExistsError):
+            zk.create(f"{DEFAULT_LEDGERS_ROOT}/{LAYOUT_ZNODE}", HIERARCHICAL_LAYOUT, makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
 
 
 def _ensure_bucket(endpoints: StackEndpoints) -> None:

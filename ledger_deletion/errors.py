@@ -13,6 +13,7 @@ decides retryability in exactly one place::
     │   ├── MessagingUnavailable       Pulsar client send/ack failures
     │   ├── DeletionNotConfirmed       objects still visible after DeleteObjects
     │   ├── BucketNotFound             offload bucket not at the configured S3 endpoint / region
+    │   ├── LedgersRootNotFound        the configured ledgers root is not BookKeeper's (no LAYOUT)
     │   └── PulsarMetadataNotFound     the configured store holds no Pulsar metadata (schema locators)
     └── PermanentError                 never retried: the request goes to the dead-letter topic
         ├── InvalidRequestError        a message that cannot be a valid PendingDeleteLedgerInfo
@@ -64,6 +65,16 @@ class BucketNotFound(TransientError):
     after which the waiting retries succeed without a DLQ replay. A bucket that really is elsewhere exhausts
     the retries and the request lands in the dead-letter topic with this reason; nothing is deleted, and
     nothing acked as deleted, on the way.
+    """
+
+
+class LedgersRootNotFound(TransientError):
+    """The configured ledgers root has no ``LAYOUT``, so it is not where BookKeeper keeps its ledgers.
+
+    Every root BookKeeper formatted has one. Under any other path (a chroot left out of
+    ``LEDGER_DELETION_ZOOKEEPER``, a wrong ``LEDGER_DELETION_BK_LEDGERS_ROOT``, Pulsar's metadata store where
+    BookKeeper has its own) every ledger is "not found", and every request would be acked as already deleted
+    while the orphans stay. Retried, then dead-lettered, like :class:`PulsarMetadataNotFound`.
     """
 
 

@@ -229,17 +229,18 @@ async def run_pools(
 
 
 async def _check_ledger_layout(store: LedgerStore) -> None:
-    """Refuse to start on a BookKeeper formatted with a ledger manager whose paths we do not use.
+    """Refuse to start on a ledgers root that is not BookKeeper's, or was formatted with a ledger manager
+    whose paths we do not use.
 
-    ZooKeeper out of reach is no reason not to start (the activities retry until it is back): the check is
-    then left to the next start, and said so.
+    ZooKeeper out of reach is no reason not to start (the activities retry until it is back, and check the
+    root again when a ledger is not found): the check is then left to the next start, and said so.
     """
     try:
         manager = await asyncio.to_thread(store.check_layout)
     except MetadataStoreUnavailable as exc:
         log.warning("could not read BookKeeper's LAYOUT (%s): ledger manager not checked", exc)
         return
-    log.info("BookKeeper ledger manager: %s", manager or f"none yet (no {store.ledgers_root}/LAYOUT)")
+    log.info("BookKeeper ledger manager: %s", manager)
 
 
 async def _drain(ingestor: Ingestor, grace_seconds: float) -> None:

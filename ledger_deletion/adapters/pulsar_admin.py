@@ -60,9 +60,19 @@ class PulsarAdminClient:
     # --- calls ---------------------------------------------------------------------------------------------
 
     def partitions(self, topic_name: str) -> int:
-        """Number of partitions of a partitioned topic; 0 for a non-partitioned or missing topic."""
+        """Number of partitions of a partitioned topic; 0 for a non-partitioned or missing topic.
+
+        Raises:
+            AdminApiUnavailable: a 200 without Pulsar's ``{"partitions": N}`` (a proxy's empty answer would
+                otherwise read as "no such topic" and skip the in-use check).
+        """
         response = self._get(f"{topic_path(topic_name)}/partitions", {"checkAllowAutoCreation": "false"})
-        return int(response.body.get("partitions", 0)) if response.found and response.body else 0
+        if not response.found:
+            return 0
+        body = response.body
+        if not isinstance(body, dict) or not isinstance(body.get("partitions"), int):
+            raise AdminApiUnavailable(f"partitioned metadata of {topic_name[:80]} has no partition count")
+        return int(body["partitions"])
 
     def internal_info(self, topic_name: str) -> AdminResponse:
         """ManagedLedgerInfo from the metadata store (no owner check)."""
@@ -160,14 +170,25 @@ def topic_path(topic_name: str) -> str:
     raise InvalidRequestError(f"topic name {topic_name[:80]!r} has {len(parts)} parts, expected 3 or 4")
 
 
-def ledgers_in_use(stats: dict[str, Any]) -> dict[int, str]:
+def ledgers_in_use(stats: object) -> dict[int, str]:
     """Every ledger the owner broker references, with what references it.
 
     In use = topic ledgers ∪ cursor ledgers ∪ schema ledgers ∪ compacted ledger (PIP-186's set plus the
     compacted ledger, which its PR forgot).
+
+    Raises:
+        AdminApiUnavailable: an answer without internalStats' ``ledgers`` list (the broker always sends it,
+            empty for a topic without ledgers). An empty ``{}`` from a proxy, or another endpoint's body,
+            would otherwise read as "references nothing" and let a ledger in use be deleted.
     """
+    if not isinstance(stats, dict) or not isinstance(stats.get("ledgers"), list):
+        shape = sorted(stats)[:5] if isinstance(stats, dict) else type(stats).__name__
+        raise AdminApiUnavailable(
+            f"the owner broker's answer is not internalStats (no ledgers list; got {shape}): "
+            "it cannot show that the ledger is unused"
+        )
     refs: dict[int, str] = {}
-    for ledger in stats.get("ledgers") or []:
+    for ledger in stats["ledgers"]:
         refs[int(ledger["ledgerId"])] = "ledgers"
     for name, cursor in (stats.get("cursors") or {}).items():
         ledger_id = int(cursor.get("cursorLedger", -1))

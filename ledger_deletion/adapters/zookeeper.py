@@ -8,6 +8,7 @@ be one ZooKeeper (Pulsar's default deployment) or two; each keeps its own sessio
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -31,10 +32,11 @@ from ledger_deletion.errors import (
     AuthorizationError,
     ConfigurationError,
     InvalidRequestError,
+    LedgersRootNotFound,
     MetadataStoreUnavailable,
     PulsarMetadataNotFound,
 )
-from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
+from ledger_deletion.formats.bk_paths import LAYOUT_ZNODE, is_under_root, ledger_path
 
 # kazoo's default reconnect backoff doubles without a useful cap (max_delay 3600 s): after a ZooKeeper outage
 # of T seconds the next attempt can come up to ~T seconds after the server is back. The server gives restored
@@ -42,6 +44,8 @@ from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 # meanwhile fails with SessionExpiredError. Retrying about once a second (plus kazoo's jitter of up to 0.4 s)
 # keeps the session and resumes work as soon as ZooKeeper answers.
 RECONNECT_MAX_DELAY_SECONDS = 1.0
+
+log = logging.getLogger(__name__)
 
 SCHEMAS_ROOT = "/schemas"  # BookkeeperSchemaStorage's SchemaPath
 
@@ -140,6 +144,7 @@ class LedgerStore:
     timeout_seconds: float = 10.0
     digest: str | None = None  # "user:password"
     _session: ZooKeeperSession = field(init=False, repr=False)
+    _formatted: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.ledgers_root.startswith("/") or self.ledgers_root.rstrip("/") == "":
@@ -164,24 +169,52 @@ class LedgerStore:
                 return None
         return Znode(data=data or b"", version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
 
-    def check_layout(self) -> str | None:
+    def check_layout(self) -> str:
         """The ledger manager named in ``<root>/LAYOUT``, refused unless it is BookKeeper's default.
 
         Ledger paths here are the hierarchical manager's (legacy path below 2^31, long path above). A
-        cluster formatted with another manager keeps its ledgers elsewhere: every request would find no
-        znode and be acked as already deleted while the orphan stays. Returns None when there is no
-        LAYOUT (a metadata root BookKeeper has not formatted yet: nothing to misread).
+        cluster formatted with another manager keeps its ledgers elsewhere, and a root without LAYOUT is no
+        BookKeeper's at all: either way every request would find no znode and be acked as already deleted
+        while the orphan stays.
 
         Raises:
-            ConfigurationError: another ledger manager, or a LAYOUT this code cannot read.
+            ConfigurationError: no LAYOUT, another ledger manager, or a LAYOUT this code cannot read.
         """
-        path = f"{self.ledgers_root.rstrip('/')}/LAYOUT"
+        data = self._read_layout()
+        if data is None:
+            raise ConfigurationError(self._not_formatted())
+        manager = supported_ledger_manager(data)
+        self._formatted = True
+        return manager
+
+    def confirm_formatted(self) -> None:
+        """Raise unless the ledgers root is BookKeeper's (has ``LAYOUT``): only there does "no znode" mean
+        "no ledger". Asked when a ledger is not found; a root seen formatted once stays so.
+
+        Raises:
+            LedgersRootNotFound: no ``<root>/LAYOUT``.
+        """
+        if self._formatted:
+            return
+        if self._read_layout() is None:
+            raise LedgersRootNotFound(self._not_formatted())
+        self._formatted = True
+
+    def _read_layout(self) -> bytes | None:
+        path = f"{self.ledgers_root.rstrip('/')}/{LAYOUT_ZNODE}"
         with self._translated():
             try:
                 data, _ = self._zk().get(path)
             except NoNodeError:
                 return None
-        return supported_ledger_manager(data or b"")
+        return data or b""
+
+    def _not_formatted(self) -> str:
+        return (
+            f"no {self.ledgers_root.rstrip('/')}/{LAYOUT_ZNODE} on ZooKeeper {self.hosts}: not a BookKeeper "
+            "ledgers root (every formatted one has it); check LEDGER_DELETION_ZOOKEEPER (with its chroot) "
+            "and LEDGER_DELETION_BK_LEDGERS_ROOT"
+        )
 
     def delete(self, ledger_id: int, version: int) -> bool | None:
         """Delete the znode only if it still has ``version``.
@@ -197,17 +230,25 @@ class LedgerStore:
                 return None
             except BadVersionError:
                 return False
-            self._prune_empty_parents(path)
+        self._prune_empty_parents(path)
         return True
 
     def _prune_empty_parents(self, path: str) -> None:
-        # As BookKeeper does after a delete: remove now-empty intermediate znodes, never the root itself.
+        """As BookKeeper does after a delete: remove now-empty intermediate znodes, never the root itself.
+
+        Best effort, after the ledger is gone: a connection lost here must not fail the delete, whose retry
+        would find no znode and report the ledger as deleted by someone else. An empty parent left behind
+        costs nothing; BookKeeper's own garbage collection prunes it too.
+        """
         root = self.ledgers_root.rstrip("/")
         parent = path.rsplit("/", 1)[0]
         while parent != root and self._guard(parent):
             try:
                 self._zk().delete(parent)
             except (NotEmptyError, NoNodeError):
+                return
+            except (KazooException, KazooTimeoutError, MetadataStoreUnavailable) as exc:
+                log.info("left empty parent %s of a deleted ledger: %s", parent, type(exc).__name__)
                 return
             parent = parent.rsplit("/", 1)[0]
 

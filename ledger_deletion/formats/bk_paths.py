@@ -33,6 +33,11 @@ SPECIAL_ZNODES: Final = frozenset(
 )
 """Children of the ledgers root that are not ledgers (``AbstractZkLedgerManager.isSpecialZnode``)."""
 
+LAYOUT_ZNODE: Final = "LAYOUT"
+HIERARCHICAL_LAYOUT: Final = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:1\n"
+"""What BookKeeper's format writes to ``<root>/LAYOUT`` with its default ledger manager (``LedgerLayout``:
+layout format version, then ``<manager factory class>:<manager version>``)."""
+
 LEDGER_PARENT_PATTERN: Final = re.compile(r"\d{2,3}")
 """Top-level ledger parents: 2 digits (legacy layout) or 3 digits (long layout). Use with ``fullmatch``."""
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
@@ -102,6 +104,49 @@ async def test_data_ledger_verified_and_compare_and_deleted(bk, zk, new_ledger_i
     again = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert again.status is DeleteBkLedgerStatus.ALREADY_DELETED
     assert (verify(bk, request(ledger_id))).verdict is Verdict.NOT_FOUND
+
+
+async def test_a_lost_connection_while_pruning_parents_does_not_fail_the_delete(
+    stack, zk, new_ledger_id
+) -> None:
+    """The ledger is gone once its znode is: a connection lost while removing the empty parents after it
+    used to fail the activity, whose retry then found no znode and reported "already deleted"."""
+    ledger_id = new_ledger_id()
+    path = put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
+    store = LedgerStore(stack.zookeeper)
+    bk = BookKeeperActivities(store, PulsarMetadataStore(stack.zookeeper))
+    verified = verify(bk, request(ledger_id))
+    client = store._zk()
+    delete = client.delete
+
+    def connection_lost_on_parents(node: str, version: int = -1, recursive: bool = False) -> Any:
+        if node != path:
+            raise ConnectionLoss()
+        return delete(node, version=version, recursive=recursive)
+
+    client.delete = connection_lost_on_parents
+    try:
+        result = ActivityEnvironment().run(
+            bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
+        )
+    finally:
+        store.close()
+    assert result.status is DeleteBkLedgerStatus.DELETED and zk.exists(path) is None
+
+
+async def test_a_retried_delete_that_finds_its_znode_gone_reports_it_deleted(bk, zk, new_ledger_id) -> None:
+    """Attempt 1 deleted the znode and lost the reply: attempt 2 finds nothing, and says DELETED, not that
+    someone else did it. A first attempt that finds nothing still says ALREADY_DELETED."""
+    ledger_id = new_ledger_id()
+    put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
+    verified = verify(bk, request(ledger_id))
+    zk.delete(ledger_path(ledger_id))  # what the first attempt's delete did before its reply was lost
+    env = ActivityEnvironment()
+    first = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    assert first.status is DeleteBkLedgerStatus.ALREADY_DELETED
+    env.info = replace(env.info, attempt=2)
+    retried = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    assert retried.status is DeleteBkLedgerStatus.DELETED
 
 
 async def test_changed_znode_is_not_deleted(bk, zk, new_ledger_id) -> None:

@@ -22,7 +22,9 @@ PULSAR_404 = (b'{"reason":"Topic not found"}', "application/json")
 
 class _NotFoundServer(ThreadingHTTPServer):
     daemon_threads = True
+    status = 404
     body, content_type = PULSAR_404
+    partitions_body = b'{"partitions":0}'
 
 
 class _Handler(AdminHandler):
@@ -31,9 +33,9 @@ class _Handler(AdminHandler):
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         if self.path.split("?")[0].endswith("/partitions"):
             # Pulsar answers partitioned metadata of a missing topic with 0 partitions.
-            self.reply(200, b'{"partitions":0}')
+            self.reply(200, self.server.partitions_body)
         else:
-            self.reply(404, self.server.body, self.server.content_type)
+            self.reply(self.server.status, self.server.body, self.server.content_type)
 
 
 @pytest.fixture
@@ -78,3 +80,42 @@ def test_any_other_404_is_an_admin_api_we_cannot_read(
             call()
         # Retried like any unreachable admin API, then dead-lettered: never taken as "topic gone".
         assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",  # a proxy's empty JSON
+        b'{"partitions":{},"metadata":{"partitions":2}}',  # partitioned-internalStats of a base name
+        b"[]",
+        b'{"ledgers":null,"cursors":{}}',
+    ],
+)
+def test_a_200_that_is_not_internal_stats_is_no_answer(
+    server: _NotFoundServer, activities: PulsarAdminActivities, body: bytes
+) -> None:
+    """Only internalStats' ``ledgers`` list can show a ledger unused: anything else would read as "nothing
+    referenced" and let a ledger in use be deleted."""
+    server.status, server.body, server.content_type = 200, body, "application/json"
+    with pytest.raises(ApplicationError, match="not internalStats") as raised:
+        ActivityEnvironment().run(activities.ask_owner_broker, AskOwnerBrokerInput(TOPIC, 7))
+    assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+def test_internal_stats_without_the_ledger_say_it_is_unused(
+    server: _NotFoundServer, activities: PulsarAdminActivities
+) -> None:
+    server.status, server.body = 200, b'{"ledgers":[{"ledgerId":8}],"cursors":{}}'
+    answer = ActivityEnvironment().run(activities.ask_owner_broker, AskOwnerBrokerInput(TOPIC, 7))
+    assert (answer.in_use, answer.topic_exists) == (False, True)
+
+
+@pytest.mark.parametrize("body", [b"{}", b'{"partitions":"2"}', b"null"])
+def test_partitioned_metadata_without_a_count_is_no_answer(
+    server: _NotFoundServer, activities: PulsarAdminActivities, body: bytes
+) -> None:
+    """A 200 without ``{"partitions": N}`` used to read as 0 partitions: "no such topic", no in-use check."""
+    server.partitions_body = body
+    with pytest.raises(ApplicationError, match="no partition count") as raised:
+        ActivityEnvironment().run(activities.check_topic, CheckTopicInput(TOPIC))
+    assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
