@@ -19,7 +19,11 @@ from ledger_deletion.contracts import (
 )
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
-from ledger_deletion.formats.managed_ledger import parse_schema_locator, schema_ledger_ids
+from ledger_deletion.formats.managed_ledger import (
+    parse_managed_ledger_info,
+    parse_schema_locator,
+    schema_ledger_ids,
+)
 from ledger_deletion.request import LedgerComponent, PendingDeleteLedgerInfo
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
@@ -52,11 +56,13 @@ class BookKeeperActivities:
                 Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}"
             )
         verdict, reason = judge(metadata, inp.request)
-        schema_referenced = False
+        schema_referenced = bk_copy_released = False
         if verdict is Verdict.MATCH and inp.request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
             assert inp.request.schema_id is not None  # judge matched it against the ledger's tag
             schema_referenced, why = self._schema_references(inp.request.schema_id, inp.request.ledger_id)
             reason = why or reason
+        if verdict is Verdict.MATCH and inp.check_bk_copy_released:
+            bk_copy_released, reason = self._bk_copy_released(inp.request)
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
@@ -64,7 +70,28 @@ class BookKeeperActivities:
             metadata_format_version=metadata.format_version,
             length=metadata.length,
             schema_referenced=schema_referenced,
+            bk_copy_released=bk_copy_released,
         )
+
+    def _bk_copy_released(self, request: PendingDeleteLedgerInfo) -> tuple[bool, str]:
+        """Does the ledger's managed ledger say its BookKeeper copy is released (offload complete and
+        ``bookkeeperDeleted``)? Anything else, unreadable included, keeps the copy."""
+        if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
+            return False, "only a data ledger has an offloaded copy"
+        name = request.managed_ledger_name
+        data = self._pulsar_metadata.read_managed_ledger(name)
+        if data is None:
+            return False, f"no managed ledger {name} in Pulsar's metadata store"
+        try:
+            info = parse_managed_ledger_info(data)
+        except MetadataFormatError as exc:
+            return False, f"managed ledger {name} unreadable: {exc}"
+        for ledger in info.ledgerInfo:
+            if ledger.ledgerId == request.ledger_id and ledger.HasField("offloadContext"):
+                context = ledger.offloadContext
+                if context.complete and context.bookkeeperDeleted:
+                    return True, f"{name} reads it from tiered storage and released its BookKeeper copy"
+        return False, f"{name} has not released its BookKeeper copy"
 
     def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
         """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""

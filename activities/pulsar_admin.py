@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities._boundary import translate_errors
-from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, ledgers_in_use
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, completely_offloaded, ledgers_in_use
 from ledger_deletion.contracts import (
     AskOwnerBrokerInput,
     AskOwnerBrokerResult,
@@ -42,4 +42,9 @@ class PulsarAdminActivities:
                 return AskOwnerBrokerResult(in_use=False, topic_exists=False, owner_url=response.served_by)
         referenced = ledgers_in_use(response.body)
         where = referenced.get(inp.ledger_id, "")
-        return AskOwnerBrokerResult(in_use=bool(where), referenced_as=where, owner_url=response.served_by)
+        return AskOwnerBrokerResult(
+            in_use=bool(where),
+            referenced_as=where,
+            owner_url=response.served_by,
+            offloaded=where == "ledgers" and inp.ledger_id in completely_offloaded(response.body),
+        )

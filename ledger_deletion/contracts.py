@@ -150,6 +150,9 @@ class AskOwnerBrokerResult:
     topic_exists: bool = True
     referenced_as: str = ""  # "ledgers" | "cursor:<name>" | "schema" | "compacted" when in use
     owner_url: str = ""
+    # Listed as a ledger whose offload is complete (internalStats ``offloaded``): the broker reads it from
+    # tiered storage, so the listing alone does not show that its BookKeeper copy is in use.
+    offloaded: bool = False
 
 
 class Verdict(StrEnum):
@@ -162,6 +165,9 @@ class Verdict(StrEnum):
 @dataclass(frozen=True)
 class VerifyBkMetadataInput:
     request: PendingDeleteLedgerInfo
+    # Also read the ledger's entry in its ManagedLedgerInfo (Pulsar's metadata store): has the broker
+    # released the BookKeeper copy of this offloaded ledger?
+    check_bk_copy_released: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,6 +180,10 @@ class VerifyBkMetadataResult:
     # A schema ledger the schema registry's locator (``/schemas/<schemaId>``) still lists: in use, whatever
     # the topic's owner says or whether the topic still exists (its schema may outlive it).
     schema_referenced: bool = False
+    # Asked with ``check_bk_copy_released``: the managed ledger lists this ledger with an OffloadContext that
+    # is ``complete`` and ``bookkeeperDeleted``: the broker reads it from tiered storage and has given up
+    # its BookKeeper copy (whose own delete failed, or which it sent here to delete).
+    bk_copy_released: bool = False
 
 
 @dataclass(frozen=True)

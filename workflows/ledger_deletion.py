@@ -50,13 +50,14 @@ with workflow.unsafe.imports_passed_through():
         VerifyBkMetadataInput,
         VerifyBkMetadataResult,
     )
-    from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
+    from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
 STATUS_QUERY = "status"
 RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id, 2026-11-25
 CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 2026-11-25
+DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 
 _R = TypeVar("_R")
@@ -202,9 +203,35 @@ class LedgerDeletionWorkflow:
                 policy.pulsar_queue,
                 policy,
             )
-            return f"still referenced by {req.topic_name} ({answer.referenced_as})" if answer.in_use else ""
+            if not answer.in_use or await self._bk_copy_released(req, policy, answer):
+                return ""
+            return f"still referenced by {req.topic_name} ({answer.referenced_as})"
 
         await self._wait_out_grace(policy, referenced)
+
+    async def _bk_copy_released(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, answer: AskOwnerBrokerResult
+    ) -> bool:
+        """Is the owner's listing only of the ledger's offloaded copy? It lists an offloaded ledger until
+        retention trims it, reading it from tiered storage; once its ManagedLedgerInfo also says
+        ``bookkeeperDeleted`` the broker has given up the BookKeeper copy, which this request may delete.
+        Only for the BookKeeper copy of a data ledger; runs from before this check replay without it."""
+        if not (
+            answer.offloaded
+            and answer.referenced_as == "ledgers"
+            and req.ledger_type is LedgerType.LEDGER
+            and req.ledger_component is LedgerComponent.MANAGED_LEDGER
+            and workflow.patched(DELETE_RELEASED_BK_COPY)
+        ):
+            return False
+        released = await self._activity(
+            Step.VERIFY_BK_METADATA,
+            VerifyBkMetadataInput(req, check_bk_copy_released=True),
+            VerifyBkMetadataResult,
+            policy.bookkeeper_queue,
+            policy,
+        )
+        return released.verdict is Verdict.MATCH and released.bk_copy_released
 
     def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:
         """Asked for by the request, or by any message that joined before this point: one message saying

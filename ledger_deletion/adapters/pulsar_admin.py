@@ -170,6 +170,14 @@ def topic_path(topic_name: str) -> str:
     raise InvalidRequestError(f"topic name {topic_name[:80]!r} has {len(parts)} parts, expected 3 or 4")
 
 
+def completely_offloaded(stats: dict[str, Any]) -> set[int]:
+    """Ledgers internalStats lists with ``offloaded`` (an OffloadContext that is complete): the broker reads
+    them from tiered storage, not from BookKeeper."""
+    return {
+        int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or [] if ledger.get("offloaded") is True
+    }
+
+
 def ledgers_in_use(stats: object) -> dict[int, str]:
     """Every ledger the owner broker references, with what references it.
 

@@ -48,6 +48,7 @@ RECONNECT_MAX_DELAY_SECONDS = 1.0
 log = logging.getLogger(__name__)
 
 SCHEMAS_ROOT = "/schemas"  # BookkeeperSchemaStorage's SchemaPath
+MANAGED_LEDGERS_ROOT = "/managed-ledgers"  # MetaStoreImpl's BASE_NODE
 
 
 def kazoo_client(
@@ -280,6 +281,24 @@ class PulsarMetadataStore:
 
     def close(self) -> None:
         self._session.close()
+
+    def read_managed_ledger(self, managed_ledger_name: str) -> bytes | None:
+        """The content of ``/managed-ledgers/<name>`` (a ``ManagedLedgerInfo``), or None when there is none.
+
+        Raises:
+            InvalidRequestError: a name that is not ``tenant/[cluster/]ns/persistent/local``.
+        """
+        segments = managed_ledger_name.split("/")
+        if len(segments) not in (4, 5) or any(part in ("", ".", "..") for part in segments):
+            raise InvalidRequestError(
+                f"managed ledger {managed_ledger_name[:80]!r} is not a managed ledger name"
+            )
+        with self._session.translated():
+            try:
+                data, _ = self._session.client().get(f"{MANAGED_LEDGERS_ROOT}/{managed_ledger_name}")
+            except NoNodeError:
+                return None
+        return data or b""
 
     def read_schema_locator(self, schema_id: str) -> bytes | None:
         """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.

@@ -16,6 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.bookkeeper import BookKeeperActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
+from devstack.cluster import SimulatedCluster
 from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
@@ -268,6 +269,36 @@ async def test_a_store_without_schemas_is_not_read_as_no_locator(stack, zk, new_
     assert failure.value.type == "PulsarMetadataNotFound" and not failure.value.non_retryable
     assert "LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER" in str(failure.value)
     assert zk.exists(ledger_path(ledger_id)) is not None
+
+
+async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, stack) -> None:
+    """Asked whether the broker released an offloaded ledger's BookKeeper copy, verify reads the ledger's
+    entry in its ManagedLedgerInfo: complete and ``bookkeeperDeleted`` only."""
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    released, within_lag, current = cluster.new_ledger_ids(3)
+    topic = cluster.create_topic(
+        f"acts/ns-{uuid.uuid4().hex[:6]}/offloaded",
+        [released, within_lag, current],
+        offloaded=[released, within_lag],
+        bookkeeper_deleted=[released],
+    )
+    put_ledger(zk, released, managed_ledger_custom_metadata(topic.managed_ledger_name))
+
+    def ask(ledger_id: int, topic_name: str = topic.name) -> Any:
+        req = request(ledger_id, topic_name=topic_name)
+        return ActivityEnvironment().run(
+            bk.verify_bk_metadata, VerifyBkMetadataInput(req, check_bk_copy_released=True)
+        )
+
+    answer = ask(released)
+    assert (answer.verdict, answer.bk_copy_released) == (Verdict.MATCH, True)
+    assert "released its BookKeeper copy" in answer.reason
+    assert ask(within_lag).bk_copy_released is False
+    assert ask(current).bk_copy_released is False
+    assert verify(bk, request(released, topic_name=topic.name)).bk_copy_released is False  # not asked
+    zk.set(f"/managed-ledgers/{topic.managed_ledger_name}", b"\xff\x01 not protobuf")
+    answer = ask(released)
+    assert answer.bk_copy_released is False and "unreadable" in answer.reason
 
 
 async def test_unreadable_metadata_is_a_mismatch(bk, zk, new_ledger_id) -> None:

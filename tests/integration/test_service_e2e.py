@@ -18,6 +18,8 @@ from temporalio.client import Client
 from devstack.cluster import SimulatedCluster
 from devstack.scenario import Scenario, build_and_mark
 from ledger_deletion.contracts import DeletionResult, Outcome
+from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
+from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
@@ -181,6 +183,46 @@ async def test_offload_in_a_bucket_that_is_not_there_is_dead_lettered_not_acked_
     assert props["ledger-deletion.failed-step"] == "delete_offload_segment"
     assert props["ledger-deletion.attempts"] == "2"  # retried: the bucket might have been there the next time
     assert missing in props["ledger-deletion.reason"]
+
+
+async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_objects_kept(
+    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+) -> None:
+    """After the offload deletion lag the broker marks ``bookkeeperDeleted`` and then deletes the BK copy;
+    when that delete fails the copy is left for ever, while the topic still lists the ledger (read from
+    tiered storage). That copy is deleted; the copy of a ledger still within the lag, and every offloaded
+    object, are kept."""
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    leaked, within_lag, current = cluster.new_ledger_ids(3)
+    topic = cluster.create_topic(
+        f"e2e/ns-{uuid.uuid4().hex[:6]}/offloaded",
+        [leaked, within_lag, current],
+        offloaded=[leaked, within_lag],
+        bookkeeper_deleted=[leaked],
+    )
+    zk.create(  # the broker's own delete of the released copy failed: the znode is still there
+        ledger_path(leaked),
+        build_pulsar_ledger_metadata(managed_ledger_custom_metadata(topic.managed_ledger_name), length=4096),
+        makepath=True,
+    )
+    requests = {
+        ledger_id: PendingDeleteLedgerInfo(
+            topic.name, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger_id
+        )
+        for ledger_id in (leaked, within_lag)
+    }
+    for request in requests.values():
+        publisher.publish(request)
+    results = {
+        ledger_id: await wait_for_result(temporal_client, request.workflow_id)
+        for ledger_id, request in requests.items()
+    }
+    assert results[leaked].outcome is Outcome.DELETED
+    assert results[within_lag].outcome is Outcome.SKIPPED_IN_USE
+    assert not cluster.ledger_exists(leaked) and cluster.ledger_exists(within_lag)
+    for ledger_id in (leaked, within_lag):
+        for bucket, key in cluster.offload_keys(topic.name, ledger_id):
+            assert cluster.object_exists(key, bucket), key
 
 
 async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart(

@@ -5,7 +5,8 @@ signal-with-start; ``first_message-*``: first message in the input; ``outcome_wi
 outcome search attributes written with the completion; ``recheck-*``: the schema locator wait and the owner
 asked again after a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
 ``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
-that ask, and has no patch marker). When the workflow changes what a run does, guard
+that ask, and has no patch marker; ``released-*`` and ``unpatched_release-*``: ``released_bk_copy`` with and
+without the check that the broker released an offloaded ledger's BookKeeper copy). When the workflow changes what a run does, guard
 the change (a new input field with a default, or ``workflow.patched()``) and record the new shape under a
 new prefix, keeping the old files: those runs may still be open in production.
 """
@@ -40,6 +41,12 @@ CASES: dict[str, Callable[[Fakes], None]] = {
     "joined_asks_check": lambda f: (
         setattr(f, "first_check_stalls_seconds", 1.0),
         setattr(f, "in_use_answers", [True, False]),
+    ),
+    # The owner lists the ledger offloaded, and its managed ledger has released the BookKeeper copy.
+    "released_bk_copy": lambda f: (
+        setattr(f, "in_use_answers", [True]),
+        setattr(f, "owner_lists_offloaded", True),
+        setattr(f, "bk_copy_released", True),
     ),
 }
 

@@ -68,6 +68,8 @@ class Fakes:
     topic_exists: bool = True
     first_check_stalls_seconds: float = 0.0  # the first check_topic attempt hangs this long
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
+    owner_lists_offloaded: bool = False  # ask_owner_broker's ``offloaded`` when in use
+    bk_copy_released: bool = False  # verify's answer when asked whether the BK copy is released
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
     schema_listed: list[bool] = field(default_factory=lambda: [False])  # verify's schema_referenced, in turn
     delete_statuses: list[DeleteBkLedgerStatus] = field(
@@ -94,7 +96,11 @@ class Fakes:
         def ask_owner_broker(inp: AskOwnerBrokerInput) -> AskOwnerBrokerResult:
             fakes.calls["ask_owner_broker"] += 1
             answer = fakes.in_use_answers.pop(0) if len(fakes.in_use_answers) > 1 else fakes.in_use_answers[0]
-            return AskOwnerBrokerResult(in_use=answer, referenced_as="ledgers" if answer else "")
+            return AskOwnerBrokerResult(
+                in_use=answer,
+                referenced_as="ledgers" if answer else "",
+                offloaded=answer and fakes.owner_lists_offloaded,
+            )
 
         @activity.defn(name="verify_bk_metadata")
         def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
@@ -106,6 +112,7 @@ class Fakes:
                 znode_version=fakes.calls["verify_bk_metadata"],
                 reason="listed by the schema locator" if listed else verdict.value,
                 schema_referenced=listed,
+                bk_copy_released=inp.check_bk_copy_released and fakes.bk_copy_released,
             )
 
         @activity.defn(name="delete_bk_ledger")
@@ -376,6 +383,38 @@ async def test_every_message_that_joined_is_acked(harness: Harness) -> None:
     assert result.outcome is Outcome.DELETED
     assert sorted(harness.fakes.acked) == ["m-0", "m-1", "m-2"]  # the duplicate id is acked once
     assert result.messages_acked == 3
+
+
+@pytest.mark.parametrize("released", [True, False])
+async def test_the_released_bk_copy_of_an_offloaded_ledger_is_deleted(
+    harness: Harness, released: bool
+) -> None:
+    """The owner lists the ledger, offloaded: its reads go to tiered storage. Its BookKeeper copy is deleted
+    once the managed ledger says ``bookkeeperDeleted``; before that the broker still owns it, and it is
+    kept after the grace as any listed ledger."""
+    harness.fakes.in_use_answers = [True]
+    harness.fakes.owner_lists_offloaded = True
+    harness.fakes.bk_copy_released = released
+    result = await harness.run(data_request())
+    if released:
+        assert result.outcome is Outcome.DELETED
+        assert harness.fakes.calls["ask_owner_broker"] == 1 and harness.fakes.calls["delete_bk_ledger"] == 1
+        assert harness.fakes.calls["verify_bk_metadata"] == 2  # the first round, then the released check
+    else:
+        assert result.outcome is Outcome.SKIPPED_IN_USE and harness.fakes.calls["delete_bk_ledger"] == 0
+        assert harness.fakes.calls["verify_bk_metadata"] == 1 + harness.policy.in_use_rechecks + 1
+
+
+async def test_an_offloaded_listing_protects_the_offloaded_objects(harness: Harness) -> None:
+    """For the objects themselves, an offloaded listing is exactly what uses them: kept, never asked."""
+    harness.fakes.in_use_answers = [True]
+    harness.fakes.owner_lists_offloaded = True
+    harness.fakes.bk_copy_released = True
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert (
+        harness.fakes.calls["delete_offload_segment"] == 0 and harness.fakes.calls["verify_bk_metadata"] == 0
+    )
 
 
 @pytest.mark.parametrize("joined_asks", [True, False])
