@@ -10,7 +10,11 @@ Four tables, each a directory of Parquet part files (one per work unit) under th
   position, cursor ledgers, mark-delete and individually deleted positions, the compacted ledger
   (``CompactedTopicLedger`` property of the ``__compaction`` cursor), schema locator ledgers. A record that
   does not decode yields a row of kind ``unreadable`` naming its owner, so nothing it might reference is
-  ever deleted. Units: ``<tenant>/<ns>[/...]/persistent`` directories and schema namespaces.
+  ever deleted. A ledger-list entry whose offload is complete and whose BookKeeper copy the broker marked
+  deleted (``bookkeeperDeleted``) is of kind ``offloaded-bk-deleted`` (:data:`OFFLOADED_BK_DELETED`), not
+  ``data``: it keeps the ledger id's offloaded objects, not a BK ledger of that id (see
+  :func:`reconcile.transform.bk_referenced_ids`). Units: ``<tenant>/<ns>[/...]/persistent`` directories and
+  schema namespaces.
 * ``offload_contexts`` — the offload uuids that still exist: (ledger id, uuid, ``ledger``|``segment``).
 * ``offload_objects`` — every object of the offload bucket(s): bucket, key, size, last modified. Units:
   key ranges by first character.
@@ -69,6 +73,7 @@ from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, offload_uuid
 __all__ = [
     "BK_LEDGERS",
     "OFFLOAD_CONTEXTS",
+    "OFFLOADED_BK_DELETED",
     "OFFLOAD_OBJECTS",
     "REFERENCES",
     "SCHEMAS",
@@ -85,6 +90,12 @@ BK_LEDGERS = "bk_ledgers"
 REFERENCES = "references"
 OFFLOAD_CONTEXTS = "offload_contexts"
 OFFLOAD_OBJECTS = "offload_objects"
+
+# Reference kind of a ledgerInfo entry whose offload is complete and whose OffloadContext says
+# ``bookkeeperDeleted=true``: the broker reads it from tiered storage and has given up its BookKeeper copy
+# (it stored that flag before deleting the BK ledger, and does not retry a failed delete). Such a reference
+# keeps the ledger's offloaded objects (through its offload_contexts rows) but not its BK ledger.
+OFFLOADED_BK_DELETED = "offloaded-bk-deleted"
 
 COMPACTION_CURSOR = "__compaction"
 COMPACTED_TOPIC_LEDGER = "CompactedTopicLedger"
@@ -458,7 +469,7 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
             ref(-1, "unreadable", ml_name)
             continue
         for li in info.ledgerInfo:
-            ref(li.ledgerId, "data", ml_name)
+            ref(li.ledgerId, _ledger_info_kind(li), ml_name)
             if li.HasField("offloadContext"):
                 oc = li.offloadContext
                 default_bucket = _driver_bucket(oc.driverMetadata) if oc.HasField("driverMetadata") else None
@@ -507,6 +518,14 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
             if sprop.name == COMPACTED_TOPIC_LEDGER and sprop.value.lstrip("-").isdigit():
                 ref(int(sprop.value), "compacted", ml_name, cursor)
     return {REFERENCES: refs, OFFLOAD_CONTEXTS: ctxs}
+
+
+def _ledger_info_kind(li: Any) -> str:
+    """The reference kind of one ``ledgerInfo`` entry: ``data``, or :data:`OFFLOADED_BK_DELETED` when its
+    offload is complete and the broker has marked the BookKeeper copy deleted (``bookkeeperDeleted``)."""
+    if li.HasField("offloadContext") and li.offloadContext.complete and li.offloadContext.bookkeeperDeleted:
+        return OFFLOADED_BK_DELETED
+    return "data"
 
 
 def _driver_bucket(driver: Any) -> str | None:

@@ -134,6 +134,9 @@ class JobResult:
     # Offloaded objects whose metadata does not prove their owner (objects-untagged, objects-owner-conflict),
     # by key: the service will never delete them, an operator has to.
     unproven_offloads: list[dict[str, Any]] = field(default_factory=list)
+    # Candidates that carry a reason (why a ledger the metadata still lists is an orphan): reason ->
+    # (count, bytes); today only bk-copy-of-offloaded-ledger.
+    candidate_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def spark_session(
@@ -249,6 +252,13 @@ def run(
             .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
             .collect()
         }
+        candidate_reasons = {
+            str(r["reason"]): (int(r["count"]), int(r["bytes"] or 0))
+            for r in findings.where((F.col("status") == T.CANDIDATE) & F.col("reason").isNotNull())
+            .groupBy("reason")
+            .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
+            .collect()
+        }
         legacy_tagged = [
             r.asDict()
             for r in findings.where(F.col("reason") == T.LEGACY_TAGS_REASON)
@@ -282,6 +292,10 @@ def run(
                     "extracted_rows": extracted.rows,
                     "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
                     "requests": len(requests),
+                    "candidate_reasons": {
+                        reason: {"count": c, "bytes": b}
+                        for reason, (c, b) in sorted(candidate_reasons.items())
+                    },
                     "report_only": {
                         reason: {"count": c, "bytes": b, "why": REPORT_ONLY_WHY.get(reason, reason)}
                         for reason, (c, b) in sorted(report_only.items())
@@ -301,6 +315,8 @@ def run(
         console.print(
             f"[yellow]not a valid request, left out:[/yellow] {item.finding.get('ledger_id')}: {item.reason}"
         )
+    for reason, (count, size) in sorted(candidate_reasons.items()):
+        console.print(f"candidates ({reason}): {count} orphans, {human_bytes(size)}")
     for reason, (count, size) in sorted(report_only.items()):
         console.print(
             f"[yellow]not submitted ({reason}):[/yellow] {count} orphans, {human_bytes(size)}: "
@@ -331,6 +347,7 @@ def run(
         report_only=report_only,
         legacy_tagged=legacy_tagged,
         unproven_offloads=unproven_offloads,
+        candidate_reasons=candidate_reasons,
     )
 
     # 4. submit ---------------------------------------------------------------------------------------

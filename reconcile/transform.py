@@ -14,7 +14,13 @@ Safety rules, in order (the first that applies is the reason):
 
 1. never an id referenced anywhere (anti-join against every reference of every kind, and every offload
    context) — these rows are not findings at all; for objects, a still-referenced ledger id with another uuid
-   (a failed earlier offload) is ``excluded`` as ``ledger-id-referenced``;
+   (a failed earlier offload) is ``excluded`` as ``ledger-id-referenced``. One exception, for BK ledgers
+   only: a ledger-list entry whose offload is complete and whose BK copy the broker marked deleted
+   (reference kind ``offloaded-bk-deleted``, and that entry's offload contexts) does not keep a BK ledger of
+   that id (see :func:`bk_referenced_ids`): if the znode is still there, the broker's delete failed and it
+   never retries. Such a ledger, old enough and tagged as that managed ledger's data, is a ``candidate``
+   with the reason :data:`BK_COPY_OF_OFFLOADED_REASON` (any other reference of the id still keeps it; tags
+   naming another owner: ``excluded``, :data:`OFFLOADED_TAGS_MISMATCH_REASON`);
 2. ``application=pulsar`` only: unparseable metadata, no ``application`` tag, or another application;
 3. an owner whose metadata record could not be decoded (``unreadable`` reference rows) keeps everything;
 4. created at or after the cut-off (``now - min age``): znode ctime (or the metadata ctime if later) for
@@ -37,19 +43,24 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from reconcile.extract import OFFLOADED_BK_DELETED
+
 __all__ = [
+    "BK_COPY_OF_OFFLOADED_REASON",
     "BK_LEDGERS_SCHEMA",
     "FINDINGS_COLUMNS",
     "LEGACY_KEYS",
     "LEGACY_TAGS_REASON",
     "OBJECTS_CONFLICT_REASON",
     "OBJECTS_UNTAGGED_REASON",
+    "OFFLOADED_TAGS_MISMATCH_REASON",
     "OFFLOAD_CONTEXTS_SCHEMA",
     "OFFLOAD_OBJECTS_SCHEMA",
     "OFFLOAD_OWNERS_SCHEMA",
     "REFERENCES_SCHEMA",
     "attach_offload_owners",
     "bk_findings",
+    "bk_referenced_ids",
     "classify_bk_ledgers",
     "filter_tenant",
     "offload_findings",
@@ -169,6 +180,14 @@ _REPORT_ONLY_BK_REASONS = (LEGACY_TAGS_REASON, "compacted-ledger-has-no-request-
 # SKIPPED_METADATA_MISMATCH with nothing deleted, so they are report-only, left to an operator.
 OBJECTS_UNTAGGED_REASON = "objects-untagged"
 OBJECTS_CONFLICT_REASON = "objects-owner-conflict"
+# The BK copy of a ledger its managed ledger lists as offloaded (complete) with ``bookkeeperDeleted=true``:
+# the broker stored that flag, then deleted the BK ledger; the znode still being there means that delete
+# failed, and the broker never tries again (it reads the ledger from tiered storage). Unlike every other
+# reason this one goes with ``candidate``: it says why a ledger still listed in the metadata is an orphan.
+BK_COPY_OF_OFFLOADED_REASON = "bk-copy-of-offloaded-ledger"
+# Such a BK ledger whose tags do not say it is that managed ledger's data (another owner, another
+# component): not the copy the metadata speaks of, so nothing proves it is the broker's leftover. Kept.
+OFFLOADED_TAGS_MISMATCH_REASON = "offloaded-ledger-tags-mismatch"
 
 
 def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
@@ -185,9 +204,27 @@ def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
 
 
 def referenced_ids(references: DataFrame, contexts: DataFrame) -> DataFrame:
-    """Every ledger id referenced anywhere (``ledger_id``, distinct)."""
+    """Every ledger id referenced anywhere (``ledger_id``, distinct): what keeps offloaded objects."""
     refs = references.where(F.col("ledger_id") >= 0).select("ledger_id")
     return refs.unionByName(contexts.select("ledger_id")).distinct()
+
+
+def _offloaded_bk_deleted(references: DataFrame) -> DataFrame:
+    """``(ledger_id, owner)`` of the ledger-list entries whose BK copy the broker marked deleted."""
+    return references.where(F.col("kind") == OFFLOADED_BK_DELETED).select("ledger_id", "owner").distinct()
+
+
+def bk_referenced_ids(references: DataFrame, contexts: DataFrame) -> DataFrame:
+    """Every ledger id that keeps a BK ledger (``ledger_id``, distinct): :func:`referenced_ids` without the
+    ``offloaded-bk-deleted`` entries and the offload contexts of those same entries (same ledger id, same
+    managed ledger). Any other reference of the id (a cursor, schema or compacted ledger, a position, another
+    managed ledger listing it, ...) still keeps it."""
+    released = _offloaded_bk_deleted(references).select("ledger_id", F.col("owner").alias("managed_ledger"))
+    refs = references.where((F.col("ledger_id") >= 0) & (F.col("kind") != OFFLOADED_BK_DELETED))
+    ctxs = contexts.select("ledger_id", "managed_ledger").join(
+        released, ["ledger_id", "managed_ledger"], "left_anti"
+    )
+    return refs.select("ledger_id").unionByName(ctxs.select("ledger_id")).distinct()
 
 
 def unreadable_owners(references: DataFrame) -> DataFrame:
@@ -259,8 +296,19 @@ def classify_bk_ledgers(bk: DataFrame) -> DataFrame:
 
 def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int) -> DataFrame:
     """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
-    unref = bk.join(referenced_ids(references, contexts), "ledger_id", "left_anti")
+    unref = bk.join(bk_referenced_ids(references, contexts), "ledger_id", "left_anti")
     df = classify_bk_ledgers(unref)
+    # The managed ledger(s) listing it as offloaded with its BK copy deleted (none for ordinary orphans).
+    released = (
+        _offloaded_bk_deleted(references)
+        .groupBy("ledger_id")
+        .agg(F.collect_set("owner").alias("_released_by"))
+    )
+    df = df.join(released, "ledger_id", "left")
+    is_released = F.col("_released_by").isNotNull()
+    tags_match = (F.col("component") == "data") & F.coalesce(
+        F.array_contains(F.col("_released_by"), F.col("managed_ledger")), F.lit(False)
+    )
     bad_owners = unreadable_owners(references).select(
         F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad")
     )
@@ -282,14 +330,16 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
             ),
             (component == "unknown", "unknown-component"),
             (F.col("topic_name").isNull(), "owner-unknown"),
+            (is_released & ~tags_match, OFFLOADED_TAGS_MISMATCH_REASON),
             # Before the compacted rule: even with a compacted request type the service would refuse these.
             (F.col("legacy_tags"), LEGACY_TAGS_REASON),
             (component == "compacted", "compacted-ledger-has-no-request-type"),
         ],
-        F.lit(None).cast(StringType()),
+        F.when(is_released, F.lit(BK_COPY_OF_OFFLOADED_REASON)).otherwise(F.lit(None).cast(StringType())),
     )
     status = (
         F.when(F.col("reason").isNull(), F.lit(CANDIDATE))
+        .when(F.col("reason") == BK_COPY_OF_OFFLOADED_REASON, F.lit(CANDIDATE))
         .when(F.col("reason").isin(*_REPORT_ONLY_BK_REASONS), F.lit(REPORT_ONLY))
         .otherwise(F.lit(EXCLUDED))
     )

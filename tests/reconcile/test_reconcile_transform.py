@@ -400,3 +400,85 @@ def test_reconcile_tenant_filter_and_summary(spark: Any) -> None:
         "count long, bytes long",
     )
     assertDataFrameEqual(T.summarize(everything), expected)
+
+
+def test_bk_copy_of_offloaded_ledger_marked_bk_deleted_is_a_candidate(spark: Any) -> None:
+    """A ledger its managed ledger lists as offloaded with ``bookkeeperDeleted=true`` keeps its objects (its
+    offload context) but not its BK copy: the broker marked that copy deleted and never retries the delete.
+    Any other reference of the id, an unreadable owner, youth or tags of another owner still keep it."""
+    released = T.BK_COPY_OF_OFFLOADED_REASON
+    other_ml = "public/default/persistent/other"
+    bk, refs, ctxs, objs = frames(
+        spark,
+        [
+            ledger(70, data_tags()),  # the leak: a candidate, with the reason
+            ledger(71, data_tags()),  # offloaded, bookkeeperDeleted=false (within the lag): the broker's
+            ledger(72, data_tags()),  # leaked, but also another topic's cursor ledger
+            ledger(73, data_tags()),  # leaked, but another managed ledger lists it as data
+            ledger(74, data_tags()),  # leaked, but a cursor's mark-delete position is in it
+            ledger(75, data_tags(), ctime_ms=YOUNG, mtime_ms=YOUNG),  # leaked, too young
+            ledger(76, data_tags(other_ml)),  # tagged as another managed ledger's
+            ledger(77, {**data_tags(), "pulsar/cursor": "sub"}),  # tagged as a cursor ledger
+            ledger(78, data_tags("public/default/persistent/broken")),  # its tags' owner is unreadable
+            ledger(79, data_tags()),  # an ordinary orphan: a candidate without a reason, as ever
+        ],
+        refs=[
+            (70, "offloaded-bk-deleted", ML, None),
+            (71, "data", ML, None),
+            (72, "offloaded-bk-deleted", ML, None),
+            (72, "cursor", other_ml, "s"),
+            (73, "offloaded-bk-deleted", ML, None),
+            (73, "data", other_ml, None),
+            (74, "offloaded-bk-deleted", ML, None),
+            (74, "position", ML, "s"),
+            (75, "offloaded-bk-deleted", ML, None),
+            (76, "offloaded-bk-deleted", ML, None),
+            (77, "offloaded-bk-deleted", ML, None),
+            (78, "offloaded-bk-deleted", "public/default/persistent/broken", None),
+            (-1, "unreadable", "public/default/persistent/broken", None),
+        ],
+        ctxs=[
+            (70, UUID_A, "ledger", ML, "b", True),
+            (71, UUID_A, "ledger", ML, "b", True),
+            (72, UUID_A, "ledger", ML, "b", True),
+            (73, UUID_A, "ledger", ML, "b", True),
+            (73, UUID_B, "ledger", other_ml, "b", True),  # the other managed ledger's own context keeps it
+        ],
+        objs=[("b", f"{UUID_A}-ledger-70", 1000, OLD), ("b", f"{UUID_A}-ledger-70-index", 10, OLD)],
+    )
+    findings = T.reconcile(
+        bk, refs, ctxs, objs, spark.createDataFrame([], T.OFFLOAD_OWNERS_SCHEMA), cutoff_ms=CUTOFF
+    )
+    got = {(r["storage"], r["ledger_id"]): (r["status"], r["reason"]) for r in findings.collect()}
+    assert released == "bk-copy-of-offloaded-ledger"
+    assert got == {
+        ("bookkeeper", 70): ("candidate", released),
+        ("bookkeeper", 75): ("excluded", "too-young"),
+        ("bookkeeper", 76): ("excluded", T.OFFLOADED_TAGS_MISMATCH_REASON),
+        ("bookkeeper", 77): ("excluded", T.OFFLOADED_TAGS_MISMATCH_REASON),
+        ("bookkeeper", 78): ("excluded", "owner-metadata-unreadable"),
+        ("bookkeeper", 79): ("candidate", None),
+        # 70's objects are no finding at all: its offload context still names them.
+    }
+    row = findings.where(F.col("ledger_id") == 70).first()
+    assert row is not None
+    assert (row["ledger_type"], row["ledger_component"], row["component"], row["topic_name"]) == (
+        "LEDGER",
+        "MANAGED_LEDGER",
+        "data",
+        "public/default/orders-partition-1",
+    )
+    from reconcile.candidates import build_requests
+
+    requests, rejected = build_requests([row.asDict()])
+    assert rejected == []
+    (request,) = requests
+    assert (request.ledger_type.value, request.ledger_component.value, request.ledger_id) == (
+        "LEDGER",
+        "MANAGED_LEDGER",
+        70,
+    )
+    assert request.topic_name == "public/default/orders-partition-1" and request.context is None
+    # Objects stay protected: for them the entry is a reference like any other.
+    assert {r["ledger_id"] for r in T.referenced_ids(refs, ctxs).collect()} >= {70, 75, 76, 77}
+    assert 70 not in {r["ledger_id"] for r in T.bk_referenced_ids(refs, ctxs).collect()}
