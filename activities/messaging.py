@@ -9,6 +9,8 @@ from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_lett
 from ledger_deletion.contracts import AckMessagesInput, AckMessagesResult, DeadLetterInput, DeadLetterResult
 from ledger_deletion.formats.avro import encode_request
 
+DEAD_LETTER_PROPERTY_PREFIX = "ledger-deletion."  # the dead-letter properties this service writes
+
 
 class MessagingActivities:
     def __init__(self, pending: PendingAcks, dead_letters: Publisher) -> None:
@@ -29,7 +31,16 @@ class MessagingActivities:
             failed_step=inp.failed_step,
             attempts=inp.attempts,
             workflow_id=inp.workflow_id,
-            original=inp.request.properties,
+            original=_senders_properties(inp.request.properties),
         )
         message_id = self._dead_letters.send(encode_request(inp.request), properties)
         return DeadLetterResult(message_id=message_id)
+
+
+def _senders_properties(properties: dict[str, str]) -> dict[str, str]:
+    """The request's own properties, without keys in our ``ledger-deletion.`` namespace.
+
+    Whoever sent the request wrote its properties; ``dlq replay`` reads ``ledger-deletion.origin-topic`` to
+    choose where an entry goes back to, so a sender must not be able to plant it (or any of our keys).
+    """
+    return {k: v for k, v in properties.items() if not k.startswith(DEAD_LETTER_PROPERTY_PREFIX)}

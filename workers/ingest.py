@@ -7,6 +7,11 @@ crashes on input. So do valid requests Temporal can never take (too large once e
 INVALID_ARGUMENT), and messages whose handling failed with an error nobody foresaw: every message held here
 ends bound to its workflow or in the dead-letter topic, never held with nothing left to settle it.
 
+Only the system topic is the broker's alone. A message from any other deletion topic (a namespace's own,
+tenant isolation) may name only that namespace and always gets the in-use check
+(``tenancy.confine_to_topic``); one naming another namespace is dead-lettered (failed step ``tenant``) and no
+workflow starts for it.
+
 A consumer that the broker stops feeding would strand the backlog while looking idle, so after
 ``resubscribe_idle_seconds`` without a message, and holding none (only the consumer that delivered a message
 can ack it), the loop closes its consumer and subscribes a fresh one.
@@ -47,6 +52,7 @@ from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.observability import ingest as observability
 from ledger_deletion.observability.ingest import observe_receive
 from ledger_deletion.request import PendingDeleteLedgerInfo
+from ledger_deletion.tenancy import confine_to_topic
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -97,6 +103,9 @@ class Ingestor:
     policy: DeletionPolicy
     workflow_queue: str
     ack_queue: str
+    # The broker's deletion topic (settings.topic): requests on it or its partitions are taken as sent; any
+    # other topic is a namespace's own and is confined to it (tenancy.confine_to_topic).
+    system_topic: str
     max_inflight: int = 1000
     concurrency: int = 32
     # A fresh consumer on the same subscription, and how long without a message before asking for one.
@@ -217,6 +226,15 @@ class Ingestor:
                 )
                 return
             observed.decoded(request)
+            try:
+                request = confine_to_topic(request, message.topic_name(), self.system_topic)
+            except InvalidRequestError as exc:
+                # A namespace's topic naming another namespace: never started, whatever else it asks.
+                observability.dead_lettered("tenant", request)
+                await self._dead_letter(
+                    key, message.data(), _origin(message, key), reason=str(exc), step="tenant"
+                )
+                return
             ref = MessageRef(
                 message_id=key,
                 ack_queue=self.ack_queue,
@@ -291,7 +309,9 @@ class Ingestor:
                 )
             except WorkflowStartRejected as exc:
                 # Taken once, refused now (a search attribute removed, a lower size limit). The original
-                # payload is gone by now: the dead letter carries the request, encoded again.
+                # payload is gone by now: the dead letter carries the request, encoded again. As confined
+                # by the ingest (own namespace, in-use check on): replayed to the system topic (no origin
+                # topic here), it asks for nothing its own topic would not have allowed.
                 await self._dead_letter(
                     key,
                     encode_request(handoff.request),

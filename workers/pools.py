@@ -192,6 +192,7 @@ async def run_pools(
                 policy=policy,
                 workflow_queue=settings.task_queue("workflow"),
                 ack_queue=running.ack_queue,
+                system_topic=settings.topic,
                 max_inflight=settings.ingest_max_inflight,
                 resubscribe=subscribe,
                 resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,

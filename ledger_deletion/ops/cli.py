@@ -313,9 +313,10 @@ def dlq_replay(
     dry_run: Annotated[bool, typer.Option(help="Show what would be replayed; change nothing.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Re-submit dead letters to the deletion topic; each is acked in the DLQ only after the re-submit is
-    durable, so a crash mid-replay loses nothing (at worst a request is submitted twice, which the
-    workflow id dedupes). Entries not selected stay for a later replay. Every safety check runs again."""
+    """Re-submit dead letters to the deletion topic each came from (the system topic if none is recorded);
+    each is acked in the DLQ only after the re-submit is durable, so a crash mid-replay loses nothing (at
+    worst a request is submitted twice, which the workflow id dedupes). Entries not selected stay for a later
+    replay. Every safety check runs again."""
     from ledger_deletion.ops.dlq import DeadLetter, replay
 
     if all_ == (ledger is not None):
@@ -342,7 +343,10 @@ def dlq_replay(
     else:
         verb = "would replay" if dry_run else "replayed"
         count = len(report.selected) if dry_run else len(report.replayed)
-        _console().print(f"{verb} {count} dead letter(s) to {settings.topic}")
+        _console().print(f"{verb} {count} dead letter(s)")
+        # Each entry goes back to the deletion topic it came from (a namespace's own, or the system topic).
+        for topic, entries in sorted(report.destinations().items()):
+            _console().print(f"  {entries} to {topic}")
         for letter, error in report.failed:
             _console().print(f"[red]failed[/red] {letter.message_id} (ledger {letter.ledger_id}): {error}")
     if report.failed:

@@ -1,16 +1,26 @@
-"""The dead-letter topic: look at it without changing it, and replay entries into the deletion topic.
+"""The dead-letter topic: look at it without changing it, and replay entries into the deletion topics.
 
 ``read_dead_letters`` uses a Reader: it holds no subscription, so looking never acks, moves or redelivers
 anything, and it shows every entry the topic still retains. ``replay`` uses a durable subscription on the
-dead-letter topic instead, so each entry is replayed at most once: it re-publishes the original payload to
-the deletion topic, waits until that send is durable (non-batched producer, synchronous send), and only
-then acks the dead-letter entry. An entry that is not selected, or whose re-publish fails, stays unacked and
-is offered to the next replay.
+dead-letter topic instead, so each entry is replayed at most once: it re-publishes the original payload,
+waits until that send is durable (non-batched producer, synchronous send), and only then acks the
+dead-letter entry. An entry that is not selected, or whose re-publish fails, stays unacked and is offered to
+the next replay.
+
+An entry goes back to the topic it came from (``ledger-deletion.origin-topic``, recorded by the ingest for
+what it dead-letters), not to the system topic: the system topic is trusted to name any namespace and to
+skip the in-use check, a namespace's own deletion topic is not (``tenancy.confine_to_topic``), so replaying a
+tenant's entry to the system topic would launder it. The origin is the partition the message was read from;
+the entry is published to its partitioned topic, whose producer picks a partition: a broker that creates
+topics on first use (pulsar-lite does) would otherwise make the partition's name a topic of its own, which
+nobody consumes. Entries without an origin (the workflow's, which carry the request as the ingest confined
+it, and entries from before the origin was recorded) go to the system topic as before.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,12 +32,14 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
 from ledger_deletion.formats.avro import decode_request
 from ledger_deletion.settings import Settings
+from ledger_deletion.tenancy import partitioned_topic
 
 REPLAY_SUBSCRIPTION = messaging.DEAD_LETTER_SUBSCRIPTION  # created by the first dead letter's publisher
 READ_TIMEOUT_MILLIS = 1500  # pulsar-lite cannot answer "is there more?" (no getLastMessageId): read to a lull
 PROPERTY_PREFIX = "ledger-deletion."
 REPLAYED_FROM = "ledger-deletion.replayed-from"
 REPLAY_COUNT = "ledger-deletion.replay-count"
+ORIGIN_TOPIC = "ledger-deletion.origin-topic"  # set by the ingest (workers/ingest.py, _origin)
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,12 @@ class DeadLetter:
     ledger_type: str
     topic: str
     tenant: str
+    origin_topic: str = ""  # the deletion topic the message came from; empty: not recorded
     properties: dict[str, str] = field(default_factory=dict)
+
+    def replay_topic(self, system_topic: str) -> str:
+        """Where a replay re-publishes this entry: its own topic, or the system topic if none is recorded."""
+        return partitioned_topic(self.origin_topic) if self.origin_topic else system_topic
 
     def age_seconds(self, now_ms: int | None = None) -> float:
         return max(0.0, ((now_ms or int(time.time() * 1000)) - self.published_ms) / 1000)
@@ -60,6 +77,7 @@ class DeadLetter:
             "ledger_type": self.ledger_type,
             "topic": self.topic,
             "tenant": self.tenant,
+            "origin_topic": self.origin_topic,
         }
 
 
@@ -85,6 +103,7 @@ def dead_letter_of(message: Any) -> DeadLetter:
         ledger_type=ledger_type,
         topic=topic,
         tenant=tenant,
+        origin_topic=properties.get(ORIGIN_TOPIC, ""),
         properties=properties,
     )
 
@@ -122,15 +141,25 @@ class ReplayReport:
     failed: list[tuple[DeadLetter, str]] = field(default_factory=list)
     left: int = 0  # not selected: stays in the dead-letter subscription for a later replay
     dry_run: bool = False
+    system_topic: str = ""  # where entries without an origin topic go
+
+    def destinations(self) -> Counter[str]:
+        """How many entries went (or, in a dry run, would go) to each topic."""
+        letters = self.selected if self.dry_run else self.replayed
+        return Counter(d.replay_topic(self.system_topic) for d in letters)
 
     def as_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "selected": len(self.selected),
-            "replayed": [d.as_json() for d in self.replayed],
-            "failed": [{**d.as_json(), "error": e} for d, e in self.failed],
+            "replayed": [self._entry(d) for d in self.replayed],
+            "failed": [{**self._entry(d), "error": e} for d, e in self.failed],
             "left_in_dlq": self.left,
+            "destinations": dict(self.destinations()),
         }
+
+    def _entry(self, letter: DeadLetter) -> dict[str, Any]:
+        return {**letter.as_json(), "replay_topic": letter.replay_topic(self.system_topic)}
 
 
 def replay_properties(letter: DeadLetter) -> dict[str, str]:
@@ -151,7 +180,7 @@ def replay(
     on_progress: Callable[[DeadLetter], None] = lambda letter: None,
 ) -> ReplayReport:
     """Re-submit the selected dead letters; see the module docstring for the ack ordering."""
-    report = ReplayReport(dry_run=dry_run)
+    report = ReplayReport(dry_run=dry_run, system_topic=settings.topic)
     if dry_run:
         # A dry run must not even create the replay subscription: look with a Reader.
         report.selected = [d for d in read_dead_letters(settings) if select(d)]
@@ -166,7 +195,8 @@ def replay(
             consumer_type=pulsar.ConsumerType.Shared,
             initial_position=pulsar.InitialPosition.Earliest,
         )
-        target = messaging.Publisher(client, settings.topic)
+        # One producer per topic replayed to, made on first use.
+        targets: dict[str, messaging.Publisher] = {}
         try:
             received: list[tuple[Any, DeadLetter]] = []
             while True:
@@ -180,6 +210,8 @@ def replay(
             report.left = len(received) - len(chosen)
             on_start(len(chosen))
             for message, letter in chosen:
+                topic = letter.replay_topic(settings.topic)
+                target = targets.setdefault(topic, messaging.Publisher(client, topic))
                 try:
                     target.send(message.data(), replay_properties(letter))  # durable when it returns
                 except LedgerDeletionError as exc:
@@ -189,6 +221,7 @@ def replay(
                     report.replayed.append(letter)
                 on_progress(letter)
         finally:
-            target.close()
+            for target in targets.values():
+                target.close()
             consumer.close()  # unacked entries go back to the subscription
     return report

@@ -52,6 +52,7 @@ async def test_sweeper_settles_messages_of_ended_workflows(
         policy,
         settings.task_queue("workflow"),
         ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        system_topic=topic,
     )
     completed, running, terminated = (request(new_ledger_id()) for _ in range(3))
     idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: that workflow stays running

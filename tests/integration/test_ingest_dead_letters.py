@@ -127,6 +127,7 @@ class Loop:
             deletion_policy(self.settings),
             f"idle-{uuid.uuid4().hex[:6]}",  # no worker polls it: a started run stays running
             ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+            system_topic=self.full_topic,
             resubscribe=self.subscribe if resubscribe_idle_seconds else None,
             resubscribe_idle_seconds=resubscribe_idle_seconds,
         )

@@ -53,6 +53,7 @@ async def test_quiet_consumer_is_replaced_once_it_holds_nothing(
         deletion_policy(settings),
         idle_queue,
         ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        system_topic=topic,
         resubscribe=subscribe,
         resubscribe_idle_seconds=1.0,
     )

@@ -55,6 +55,7 @@ class Ingestors:
             policy=policy or deletion_policy(self.settings),
             workflow_queue=workflow_queue,
             ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+            system_topic=self.settings.topic,
         )
 
     def request(self, ledger_id: int) -> PendingDeleteLedgerInfo:
@@ -114,7 +115,7 @@ class ReceivedMessage:
     """What the ingest reads of a received Pulsar message."""
 
     payload: bytes
-    topic: str = "persistent://pulsar/system/__ledger_deletion-partition-0"
+    topic: str
 
     def data(self) -> bytes:
         return self.payload
@@ -137,8 +138,8 @@ async def test_a_joining_message_carries_its_own_in_use_check(
     ingestor = ingestors.new(f"idle-{uuid.uuid4().hex[:6]}")
     req = ingestors.request(new_ledger_id())
     for key, check in (("1:1:-1", False), ("1:2:-1", True)):
-        message = ReceivedMessage(encode_request(replace(req, check_ledger_still_in_use=check)))
-        await ingestor._hand_off(message, key)
+        encoded = encode_request(replace(req, check_ledger_still_in_use=check))
+        await ingestor._hand_off(ReceivedMessage(encoded, topic=ingestor.system_topic), key)
 
     handle = temporal_client.get_workflow_handle(req.workflow_id)
     started = await started_input(temporal_client, handle)
@@ -151,7 +152,7 @@ async def test_a_joining_message_carries_its_own_in_use_check(
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
     ]
     [joined] = await temporal_client.data_converter.decode(list(signal.input.payloads), [MessageRef])
-    assert joined == MessageRef("1:2:-1", ingestor.ack_queue, ReceivedMessage(b"").topic, 0, True)
+    assert joined == MessageRef("1:2:-1", ingestor.ack_queue, ingestor.system_topic, 0, True)
 
 
 async def test_run_that_closed_before_the_join_is_started_again(

@@ -17,10 +17,15 @@ from tests.conftest import wait_for_result
 
 
 def orphan_requests(
-    cluster: SimulatedCluster, tenant: str, *, offloaded: bool = True
+    cluster: SimulatedCluster, tenant: str, *, offloaded: bool = True, namespace: str | None = None
 ) -> tuple[str, list[PendingDeleteLedgerInfo]]:
-    """A topic of three ledgers, the two oldest trimmed (the middle one also offloaded): their requests."""
-    topic = f"{tenant}/ns-{uuid.uuid4().hex[:6]}/orders"
+    """A topic of three ledgers, the two oldest trimmed (the middle one also offloaded): their requests.
+
+    In a namespace of its own unless ``namespace`` (``tenant/ns``) is given: a namespace's deletion topic
+    takes requests of that namespace only.
+    """
+    unique = uuid.uuid4().hex[:6]
+    topic = f"{namespace}/orders-{unique}" if namespace else f"{tenant}/ns-{unique}/orders"
     ids = cluster.new_ledger_ids(3)
     cluster.create_topic(topic, ids, offloaded=[ids[1]] if offloaded else [])
     requests = cluster.requests_for_trim(topic, ids[:2])

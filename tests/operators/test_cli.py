@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
+from dataclasses import replace
 from typing import Any
 
+import pulsar
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 from typer.testing import CliRunner
 
 from devstack.cluster import SimulatedCluster
@@ -14,8 +18,10 @@ from ledger_deletion.adapters.messaging import dead_letter_properties
 from ledger_deletion.cli import app
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.formats.avro import encode_request
-from ledger_deletion.request import PendingDeleteLedgerInfo
+from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, read_dead_letters
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.submit import RequestPublisher
+from ledger_deletion.tenancy import namespace_of_topic
 from tests.operators.conftest import Observed
 from tests.operators.helpers import eventually, orphan_requests, results_of
 
@@ -37,8 +43,9 @@ async def test_per_namespace_topic_is_consumed_and_list_show_inflight_filter_by_
     observed: Observed, cluster: SimulatedCluster, cli_env: dict[str, str]
 ) -> None:
     tenant = observed.tenant_topic.split("://")[1].split("/")[0]
-    _, requests = orphan_requests(cluster, tenant)
-    # The tenant's own deletion topic, not the system topic: tenant isolation (seeds/001).
+    # The namespace's own deletion topic, not the system topic: tenant isolation (seeds/001). It takes
+    # requests of its own namespace only.
+    _, requests = orphan_requests(cluster, tenant, namespace=namespace_of_topic(observed.tenant_topic))
     with RequestPublisher(observed.settings.with_overrides(topic=observed.tenant_topic)) as publisher:
         for request in requests:
             publisher.publish(request)
@@ -173,6 +180,100 @@ async def test_dlq_list_and_replay_acks_only_what_was_replayed(
         first.ledger_id,
         second.ledger_id,
     }
+
+
+def _forged(victim_namespace: str, ledger_id: int) -> PendingDeleteLedgerInfo:
+    """Another namespace's ledger, in-use check off: what a tenant's topic must never get through."""
+    request = PendingDeleteLedgerInfo(
+        f"{victim_namespace}/ledger-partition-0", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger_id
+    )
+    return replace(request, check_ledger_still_in_use=False)
+
+
+async def _assert_never_started(observed: Observed, workflow_id: str) -> None:
+    with pytest.raises(RPCError) as refused:
+        await observed.client.get_workflow_handle(workflow_id).describe()
+    assert refused.value.status == RPCStatusCode.NOT_FOUND
+
+
+async def test_replay_sends_an_entry_back_to_the_topic_it_came_from(
+    observed: Observed, cluster: SimulatedCluster, cli_env: dict[str, str]
+) -> None:
+    """Not to the system topic, which would trust it with any namespace and without the in-use check."""
+    run = uuid.uuid4().hex[:8]
+    # A namespace's deletion topic that no pool consumes (what arrives there stays to be read), and the
+    # partition the ingest would have read the entry from.
+    topic = f"persistent://replay-{run}/orders/__ledger_deletion"
+    origin = f"{topic}-partition-1"
+    [ledger_id] = cluster.new_ledger_ids(1)
+    forged = _forged(f"globex-{run}/payments", ledger_id)
+    payload = encode_request(forged)
+    client = pulsar.Client(
+        observed.settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
+    )
+    try:
+        arrived = client.subscribe(topic, "read-back", initial_position=pulsar.InitialPosition.Earliest)
+        with RequestPublisher(
+            observed.settings.with_overrides(topic=observed.settings.dead_letter_topic)
+        ) as dlq:
+            dlq.publish_raw(
+                payload,
+                dead_letter_properties(  # what the ingest publishes (workers/ingest.py, _origin)
+                    reason="refused",
+                    failed_step="tenant",
+                    attempts=1,
+                    workflow_id="",
+                    original={
+                        "ledger-deletion.origin-topic": origin,
+                        "ledger-deletion.origin-message-id": "x",
+                    },
+                ),
+            )
+
+        dry = await cli_json("dlq", "replay", "--ledger", str(ledger_id), "--dry-run")
+        assert dry["destinations"] == {topic: 1}
+        replayed = await cli_json("dlq", "replay", "--ledger", str(ledger_id))
+        assert [d["replay_topic"] for d in replayed["replayed"]] == [topic]
+
+        message = await asyncio.to_thread(arrived.receive, 10_000)
+        assert message.data() == payload and message.properties()[REPLAY_COUNT] == "1"
+        arrived.acknowledge(message)
+    finally:
+        client.close()
+    await asyncio.sleep(3)  # had it gone to the system topic, the pools would have started it by now
+    await _assert_never_started(observed, forged.workflow_id)
+
+
+async def test_tenants_dead_letter_replayed_is_refused_again_on_its_own_topic(
+    observed: Observed, cluster: SimulatedCluster, cli_env: dict[str, str]
+) -> None:
+    """End to end through the running pools: a namespace's topic naming another namespace is dead-lettered;
+    replayed, it goes back to that namespace's topic and is refused again, never started."""
+    run = uuid.uuid4().hex[:8]
+    victim = f"globex-{run}/payments"
+    [ledger_id] = cluster.new_ledger_ids(1)
+    forged = _forged(victim, ledger_id)
+    with RequestPublisher(observed.settings.with_overrides(topic=observed.tenant_topic)) as tenant:
+        tenant.publish(forged)
+
+    def letters() -> list[Any]:
+        return [d for d in read_dead_letters(observed.settings) if d.ledger_id == ledger_id]
+
+    async def dead_lettered(count: int) -> None:
+        found = await asyncio.to_thread(letters)
+        assert len(found) == count and all(d.failed_step == "tenant" for d in found)
+
+    await eventually(lambda: dead_lettered(1), timeout=30)
+    [first] = await asyncio.to_thread(letters)
+    assert first.origin_topic.startswith(observed.tenant_topic) and victim in first.reason
+
+    replayed = await cli_json("dlq", "replay", "--ledger", str(ledger_id))
+    assert [d["replay_topic"] for d in replayed["replayed"]] == [observed.tenant_topic]
+    await eventually(lambda: dead_lettered(2), timeout=30)
+    again = next(d for d in await asyncio.to_thread(letters) if d.message_id != first.message_id)
+    assert again.origin_topic.startswith(observed.tenant_topic)
+    assert again.properties[REPLAYED_FROM] == first.message_id
+    await _assert_never_started(observed, forged.workflow_id)
 
 
 async def test_replay_needs_exactly_one_selector(cli_env: dict[str, str]) -> None:

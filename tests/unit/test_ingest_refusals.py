@@ -75,6 +75,7 @@ async def test_one_failing_ack_does_not_stop_the_sweep_of_the_others() -> None:
         policy=None,  # type: ignore[arg-type]
         workflow_queue="wf",
         ack_queue="acks",
+        system_topic="persistent://pulsar/system/__ledger_deletion",
     )
     assert await ingestor.sweep(held_for=0) == 1
     assert working.acked == 1 and len(pending) == 1  # the failing one is left for the next sweep

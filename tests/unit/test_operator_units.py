@@ -13,7 +13,15 @@ from ledger_deletion.observability import redaction, tracing
 from ledger_deletion.observability.interceptor import RequestContext, context_of_input
 from ledger_deletion.observability.setup import interceptors, pool_resolver
 from ledger_deletion.ops.deletions import visibility_query
-from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, DeadLetter, replay_properties
+from ledger_deletion.ops.dlq import (
+    ORIGIN_TOPIC,
+    REPLAY_COUNT,
+    REPLAYED_FROM,
+    DeadLetter,
+    ReplayReport,
+    dead_letter_of,
+    replay_properties,
+)
 from ledger_deletion.settings import Settings
 from ledger_deletion.tenancy import tenant_of_topic, tenant_topics, topic_patterns
 from workers.topics import CompositeConsumer, subscribe_all
@@ -127,6 +135,41 @@ def test_replay_keeps_original_properties_and_drops_the_diagnosis() -> None:
         REPLAYED_FROM: "(7,1,-1,-1)",
         REPLAY_COUNT: "2",
     }
+
+
+class DeadLetterMessage:
+    """A dead-letter entry as the replay reads it."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        self._properties = properties
+
+    def properties(self) -> dict[str, str]:
+        return self._properties
+
+    def data(self) -> bytes:
+        return b"not a request"
+
+    def message_id(self) -> str:
+        return "(9,1,-1,-1)"
+
+    def publish_timestamp(self) -> int:
+        return 0
+
+
+def test_replay_sends_an_entry_back_to_the_topic_it_came_from() -> None:
+    system = "persistent://pulsar/system/__ledger_deletion"
+    tenant = "persistent://acme/orders/__ledger_deletion"
+    from_tenant = dead_letter_of(DeadLetterMessage({ORIGIN_TOPIC: f"{tenant}-partition-1"}))
+    unrecorded = dead_letter_of(DeadLetterMessage({"ledger-deletion.reason": "old entry"}))
+    # Read from a partition, sent back to its partitioned topic (the producer picks the partition).
+    assert from_tenant.origin_topic == f"{tenant}-partition-1" and from_tenant.replay_topic(system) == tenant
+    assert unrecorded.origin_topic == "" and unrecorded.replay_topic(system) == system
+    # Re-published without our diagnosis: the ingest records the origin again when it dead-letters anew.
+    assert ORIGIN_TOPIC not in replay_properties(from_tenant)
+
+    report = ReplayReport(replayed=[from_tenant, unrecorded, from_tenant], system_topic=system)
+    assert report.destinations() == {tenant: 2, system: 1}
+    assert [e["replay_topic"] for e in report.as_json()["replayed"]] == [tenant, system, tenant]
 
 
 def test_redaction_masks_every_secret_value_in_any_log_record(caplog: pytest.LogCaptureFixture) -> None:

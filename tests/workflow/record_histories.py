@@ -6,9 +6,10 @@ outcome search attributes written with the completion; ``recheck-*``: the schema
 asked again after a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
 ``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
 that ask, and has no patch marker; ``released-*`` and ``unpatched_release-*``: ``released_bk_copy`` with and
-without the check that the broker released an offloaded ledger's BookKeeper copy). When the workflow changes what a run does, guard
-the change (a new input field with a default, or ``workflow.patched()``) and record the new shape under a
-new prefix, keeping the old files: those runs may still be open in production.
+without the check that the broker released an offloaded ledger's BookKeeper copy). When the workflow
+changes what a run does, guard the change (a new input field with a default, or ``workflow.patched()``)
+and record the new shape under a new prefix, keeping the old files: those runs may still be open in
+production.
 """
 
 from __future__ import annotations
