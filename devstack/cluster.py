@@ -164,6 +164,7 @@ class SimulatedCluster:
         offloaded: Collection[int] = (),
         segments: Mapping[int, int] | None = None,
         bookkeeper_deleted: Collection[int] = (),
+        bk_copy_left: Collection[int] = (),
         entries: int = 100,
         entry_size: int = 1024,
         metadata_version: int = 3,
@@ -182,6 +183,8 @@ class SimulatedCluster:
                 objects ``<uuid>`` and ``<uuid>-index``) per segment, no context uuid.
             bookkeeper_deleted: offloaded ledgers whose BK copy is already gone (``bookkeeperDeleted=true``,
                 no znode), as after ``managedLedgerOffloadDeletionLagMs``.
+            bk_copy_left: of those, the ones whose BK copy is still there: the broker's own delete of it
+                failed after it stored ``bookkeeperDeleted``, and it never tries again.
             metadata_version: BK ledger metadata format (2 = TextFormat, 3 = binary).
             compression: ManagedLedgerInfo compression (NONE, LZ4, ZLIB, ZSTD).
             partitions_of: this topic is a partition of that partitioned topic; its partitioned metadata
@@ -197,6 +200,8 @@ class SimulatedCluster:
         unknown = (set(offloaded) | set(segment_counts) | set(bookkeeper_deleted)) - set(ids)
         if unknown:
             raise ValueError(f"ledger(s) {sorted(unknown)} are not among the topic's ledgers")
+        if not set(bk_copy_left) <= set(bookkeeper_deleted):
+            raise ValueError("a BK copy left behind is one the broker marked bookkeeperDeleted")
         if partitions_of is not None:
             index = int(name.rsplit("-partition-", 1)[1]) if "-partition-" in name else 0
             self.create_partitioned_topic(partitions_of, index + 1, grow_only=True)
@@ -222,7 +227,7 @@ class SimulatedCluster:
                         timestamp=created,
                     )
                 )
-            if ledger_id not in bookkeeper_deleted:
+            if ledger_id not in bookkeeper_deleted or ledger_id in bk_copy_left:
                 self._put(
                     ledger_path(ledger_id, self.ledgers_root),
                     build_pulsar_ledger_metadata(

@@ -281,8 +281,8 @@ async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, st
         [released, within_lag, current],
         offloaded=[released, within_lag],
         bookkeeper_deleted=[released],
+        bk_copy_left=[released],
     )
-    put_ledger(zk, released, managed_ledger_custom_metadata(topic.managed_ledger_name))
 
     def ask(ledger_id: int, topic_name: str = topic.name) -> Any:
         req = request(ledger_id, topic_name=topic_name)

@@ -6,27 +6,21 @@ dead letter fails. Real Pulsar messages through the real consumer, real Temporal
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-import pulsar
 import pytest
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from ledger_deletion.adapters import messaging
 from ledger_deletion.contracts import DeletionInput, MessageRef
 from ledger_deletion.formats.avro import MAX_PAYLOAD_BYTES, decode_request, encode_record, encode_request
-from ledger_deletion.policy import deletion_policy
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
+from tests.integration.ingest_loop import Loop, running_loop
 from tests.operators.helpers import eventually
 from workers import ingest
-from workers.ingest import Ingestor
 
 pytestmark = pytest.mark.stack
 
@@ -86,89 +80,10 @@ class FlakyAcks:
         return getattr(self.consumer, name)
 
 
-@dataclass
-class Loop:
-    """An ingest loop on a topic of its own, with its dead-letter topic read back."""
-
-    settings: Settings
-    temporal: Client
-    client: Any
-    topic: str = field(default_factory=lambda: f"ingest-dlq-{uuid.uuid4().hex[:6]}")
-    ingestor: Ingestor | None = None
-    workflow_ids: list[str] = field(default_factory=list)
-    _dlq: Any = None
-    _producer: Any = None
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    _task: asyncio.Task[None] | None = None
-
-    @property
-    def full_topic(self) -> str:
-        return f"{self.settings.topic}-{self.topic}"
-
-    def subscribe(self) -> Any:
-        return self.client.subscribe(
-            self.full_topic,
-            "ingest",
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
-
-    def start(self, wrap: Any = None, resubscribe_idle_seconds: float = 0.0) -> Ingestor:
-        self._dlq = self.client.subscribe(
-            f"{self.full_topic}-DLQ", "read-back", initial_position=pulsar.InitialPosition.Earliest
-        )
-        self._producer = self.client.create_producer(self.full_topic, batching_enabled=False)
-        consumer = self.subscribe()
-        self.ingestor = Ingestor(
-            self.temporal,
-            wrap(consumer) if wrap else consumer,
-            messaging.PendingAcks(),
-            messaging.Publisher(self.client, f"{self.full_topic}-DLQ"),
-            deletion_policy(self.settings),
-            f"idle-{uuid.uuid4().hex[:6]}",  # no worker polls it: a started run stays running
-            ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-            system_topic=self.full_topic,
-            resubscribe=self.subscribe if resubscribe_idle_seconds else None,
-            resubscribe_idle_seconds=resubscribe_idle_seconds,
-        )
-        self._task = asyncio.create_task(self.ingestor.run(self._stop))
-        return self.ingestor
-
-    def send(self, payload: bytes) -> None:
-        self._producer.send(payload)
-
-    async def dead_letter(self) -> Any:
-        letter = await asyncio.to_thread(self._dlq.receive, 30_000)
-        self._dlq.acknowledge(letter)
-        return letter
-
-    async def stop(self) -> None:
-        if self._task is not None and self.ingestor is not None:
-            self._stop.set()
-            task, self._task = self._task, None
-            # The loop waits for its hand-offs: one that never ends must fail the test, not hang it.
-            await asyncio.wait_for(task, timeout=30)
-            self.ingestor.close_consumer()
-
-    async def assert_nothing_unacked(self) -> None:
-        """Once the loop is gone, a new consumer on the subscription gets nothing: every message was acked."""
-        await self.stop()
-        probe = self.subscribe()
-        with pytest.raises(pulsar.Timeout):
-            await asyncio.to_thread(probe.receive, 2000)
-        probe.close()
-
-
 @pytest.fixture
 async def loop(settings: Settings, temporal_client: Client) -> AsyncIterator[Loop]:
-    client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    made = Loop(settings, temporal_client, client)
-    yield made
-    await made.stop()
-    for workflow_id in made.workflow_ids:
-        with contextlib.suppress(RPCError):  # never started, or already closed
-            await temporal_client.get_workflow_handle(workflow_id).terminate("test cleanup")
-    client.close()
+    async with running_loop(Loop, settings, temporal_client) as made:
+        yield made
 
 
 async def assert_never_started(client: Client, workflow_id: str) -> None:

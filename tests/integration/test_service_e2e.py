@@ -18,8 +18,6 @@ from temporalio.client import Client
 from devstack.cluster import SimulatedCluster
 from devstack.scenario import Scenario, build_and_mark
 from ledger_deletion.contracts import DeletionResult, Outcome
-from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
-from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
@@ -199,11 +197,7 @@ async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_object
         [leaked, within_lag, current],
         offloaded=[leaked, within_lag],
         bookkeeper_deleted=[leaked],
-    )
-    zk.create(  # the broker's own delete of the released copy failed: the znode is still there
-        ledger_path(leaked),
-        build_pulsar_ledger_metadata(managed_ledger_custom_metadata(topic.managed_ledger_name), length=4096),
-        makepath=True,
+        bk_copy_left=[leaked],  # the broker's own delete of the released copy failed
     )
     requests = {
         ledger_id: PendingDeleteLedgerInfo(
