@@ -194,11 +194,15 @@ class LedgerStore:
 
         Raises:
             LedgersRootNotFound: no ``<root>/LAYOUT``.
+            ConfigurationError: a LAYOUT of another ledger manager (the start-up check was skipped while
+                ZooKeeper was out of reach): its ledgers are elsewhere, so "not found" proves nothing.
         """
         if self._formatted:
             return
-        if self._read_layout() is None:
+        layout = self._read_layout()
+        if layout is None:
             raise LedgersRootNotFound(self._not_formatted())
+        supported_ledger_manager(layout)
         self._formatted = True
 
     def _read_layout(self) -> bytes | None:

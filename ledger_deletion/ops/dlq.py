@@ -23,14 +23,14 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulsar
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
-from ledger_deletion.formats.avro import decode_request
+from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.settings import Settings
 from ledger_deletion.tenancy import partitioned_topic
 
@@ -40,6 +40,10 @@ PROPERTY_PREFIX = "ledger-deletion."
 REPLAYED_FROM = "ledger-deletion.replayed-from"
 REPLAY_COUNT = "ledger-deletion.replay-count"
 ORIGIN_TOPIC = "ledger-deletion.origin-topic"  # set by the ingest (workers/ingest.py, _origin)
+# Failed steps of the ingest's own dead letters (workers/ingest.py). Only those set the origin topic
+# themselves, over whatever the message carried; the workflow's, before 2026-11-25, copied the sender's
+# properties, so an origin there may have been planted by the sender.
+INGEST_STEPS = frozenset({"decode", "tenant", "start", "ingest"})
 
 
 @dataclass(frozen=True)
@@ -92,18 +96,19 @@ def dead_letter_of(message: Any) -> DeadLetter:
     except InvalidRequestError:
         pass  # an undecodable payload is a legitimate dead letter; its reason says why
     attempts = properties.get("ledger-deletion.attempts", "0")
+    failed_step = properties.get("ledger-deletion.failed-step", "")
     return DeadLetter(
         message_id=str(message.message_id()),
         published_ms=int(message.publish_timestamp()),
         reason=properties.get("ledger-deletion.reason", ""),
-        failed_step=properties.get("ledger-deletion.failed-step", ""),
+        failed_step=failed_step,
         attempts=int(attempts) if attempts.isdigit() else 0,
         workflow_id=properties.get("ledger-deletion.workflow-id", ""),
         ledger_id=ledger_id,
         ledger_type=ledger_type,
         topic=topic,
         tenant=tenant,
-        origin_topic=properties.get(ORIGIN_TOPIC, ""),
+        origin_topic=properties.get(ORIGIN_TOPIC, "") if failed_step in INGEST_STEPS else "",
         properties=properties,
     )
 
@@ -162,6 +167,23 @@ class ReplayReport:
         return {**letter.as_json(), "replay_topic": letter.replay_topic(self.system_topic)}
 
 
+def replay_payload(payload: bytes) -> bytes:
+    """The payload to re-publish: the request with ``checkLedgerStillInUse`` set.
+
+    A replay comes after a failure and a wait, and may land on the system topic, which is trusted to skip
+    the check: an entry dead-lettered before the ingest confined namespace topics (or without a recorded
+    origin) could otherwise skip the owner's answer there. Asking the owner never deletes more. A payload
+    that does not decode is sent as it was (the ingest dead-letters it again, with the reason).
+    """
+    try:
+        request = decode_request(payload)
+    except InvalidRequestError:
+        return payload
+    if request.check_ledger_still_in_use:
+        return payload
+    return encode_request(replace(request, check_ledger_still_in_use=True))
+
+
 def replay_properties(letter: DeadLetter) -> dict[str, str]:
     """Original properties (a traceparent keeps its trace) minus our diagnosis, plus where it came from."""
     kept = {k: v for k, v in letter.properties.items() if not k.startswith(PROPERTY_PREFIX)}
@@ -211,9 +233,11 @@ def replay(
             on_start(len(chosen))
             for message, letter in chosen:
                 topic = letter.replay_topic(settings.topic)
-                target = targets.setdefault(topic, messaging.Publisher(client, topic))
+                if topic not in targets:
+                    targets[topic] = messaging.Publisher(client, topic)
                 try:
-                    target.send(message.data(), replay_properties(letter))  # durable when it returns
+                    # Durable when it returns.
+                    targets[topic].send(replay_payload(message.data()), replay_properties(letter))
                 except LedgerDeletionError as exc:
                     report.failed.append((letter, str(exc)))  # not acked: offered again next time
                 else:

@@ -70,7 +70,10 @@ def request(
 
 
 @pytest.fixture(scope="module")
-def bk(stack: StackEndpoints) -> Any:
+def bk(stack: StackEndpoints, zk: KazooClient) -> Any:
+    # Pulsar's metadata store, as in a cluster that has stored a schema: it has /schemas (without it, the
+    # store is not Pulsar's and a schema ledger's check fails: test_a_store_without_schemas_...).
+    zk.ensure_path("/schemas")
     store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
     yield BookKeeperActivities(store, pulsar_metadata)
     store.close()

@@ -130,3 +130,23 @@ def test_not_found_under_a_root_without_layout_is_an_error_not_already_deleted(
         assert verified.verdict is Verdict.NOT_FOUND
     finally:
         store.close()
+
+
+def test_not_found_under_another_managers_layout_is_an_error_even_without_the_start_check(
+    zk: Any, root: str, stack: Any, new_ledger_id: Any
+) -> None:
+    """The pool started while ZooKeeper was out of reach, so the start-up check was skipped: a LAYOUT of
+    another manager must not then be taken as "formatted" (its ledgers are elsewhere)."""
+    zk.create(f"{root}/LAYOUT", b"2\norg.apache.bookkeeper.meta.FlatLedgerManagerFactory:1\n")
+    store = LedgerStore(stack.zookeeper, root)
+    activities = BookKeeperActivities(store, PulsarMetadataStore(stack.zookeeper))
+    request = PendingDeleteLedgerInfo(
+        "layout/ns/t-partition-0", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, new_ledger_id()
+    )
+    try:
+        for _ in range(2):  # and not cached as formatted after the first refusal
+            with pytest.raises(ApplicationError, match="FlatLedgerManagerFactory") as raised:
+                ActivityEnvironment().run(activities.verify_bk_metadata, VerifyBkMetadataInput(request))
+            assert raised.value.type == "ConfigurationError"
+    finally:
+        store.close()

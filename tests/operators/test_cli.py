@@ -17,7 +17,7 @@ from devstack.cluster import SimulatedCluster
 from ledger_deletion.adapters.messaging import dead_letter_properties
 from ledger_deletion.cli import app
 from ledger_deletion.contracts import Outcome
-from ledger_deletion.formats.avro import encode_request
+from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, read_dead_letters
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.submit import RequestPublisher
@@ -236,7 +236,9 @@ async def test_replay_sends_an_entry_back_to_the_topic_it_came_from(
         assert [d["replay_topic"] for d in replayed["replayed"]] == [topic]
 
         message = await asyncio.to_thread(arrived.receive, 10_000)
-        assert message.data() == payload and message.properties()[REPLAY_COUNT] == "1"
+        # The request as sent, with the in-use check (a replay always asks the owner).
+        assert decode_request(message.data()) == replace(forged, check_ledger_still_in_use=True)
+        assert message.properties()[REPLAY_COUNT] == "1"
         arrived.acknowledge(message)
     finally:
         client.close()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from typing import Any
 
 import pulsar
 import pytest
 
+from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.observability import redaction, tracing
 from ledger_deletion.observability.interceptor import RequestContext, context_of_input
 from ledger_deletion.observability.setup import interceptors, pool_resolver
@@ -20,8 +22,10 @@ from ledger_deletion.ops.dlq import (
     DeadLetter,
     ReplayReport,
     dead_letter_of,
+    replay_payload,
     replay_properties,
 )
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.tenancy import tenant_of_topic, tenant_topics, topic_patterns
 from workers.topics import CompositeConsumer, subscribe_all
@@ -159,7 +163,9 @@ class DeadLetterMessage:
 def test_replay_sends_an_entry_back_to_the_topic_it_came_from() -> None:
     system = "persistent://pulsar/system/__ledger_deletion"
     tenant = "persistent://acme/orders/__ledger_deletion"
-    from_tenant = dead_letter_of(DeadLetterMessage({ORIGIN_TOPIC: f"{tenant}-partition-1"}))
+    from_tenant = dead_letter_of(
+        DeadLetterMessage({ORIGIN_TOPIC: f"{tenant}-partition-1", "ledger-deletion.failed-step": "tenant"})
+    )
     unrecorded = dead_letter_of(DeadLetterMessage({"ledger-deletion.reason": "old entry"}))
     # Read from a partition, sent back to its partitioned topic (the producer picks the partition).
     assert from_tenant.origin_topic == f"{tenant}-partition-1" and from_tenant.replay_topic(system) == tenant
@@ -170,6 +176,32 @@ def test_replay_sends_an_entry_back_to_the_topic_it_came_from() -> None:
     report = ReplayReport(replayed=[from_tenant, unrecorded, from_tenant], system_topic=system)
     assert report.destinations() == {tenant: 2, system: 1}
     assert [e["replay_topic"] for e in report.as_json()["replayed"]] == [tenant, system, tenant]
+
+
+def test_an_origin_the_workflow_did_not_write_is_not_trusted() -> None:
+    """Before 2026-11-25 the workflow's dead letters copied the sender's properties: an origin topic there may
+    have been planted by the sender. Only the ingest's own steps set it themselves."""
+    system = "persistent://pulsar/system/__ledger_deletion"
+    planted = dead_letter_of(
+        DeadLetterMessage(
+            {ORIGIN_TOPIC: "persistent://victim/ns/t", "ledger-deletion.failed-step": "delete_bk_ledger"}
+        )
+    )
+    assert planted.origin_topic == "" and planted.replay_topic(system) == system
+
+
+def test_a_replayed_request_always_gets_the_in_use_check() -> None:
+    """A replay may land on the system topic, trusted to skip the check: an old entry of a namespace's topic
+    must not skip the owner's answer there."""
+    skipping = PendingDeleteLedgerInfo(
+        "globex/payments/t-partition-0", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, 7
+    )
+    skipping = replace(skipping, check_ledger_still_in_use=False)
+    replayed = decode_request(replay_payload(encode_request(skipping)))
+    assert replayed == replace(skipping, check_ledger_still_in_use=True)
+    checked = encode_request(replayed)
+    assert replay_payload(checked) == checked
+    assert replay_payload(b"\x00 not a request") == b"\x00 not a request"
 
 
 def test_redaction_masks_every_secret_value_in_any_log_record(caplog: pytest.LogCaptureFixture) -> None:
