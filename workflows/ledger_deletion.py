@@ -179,10 +179,12 @@ class LedgerDeletionWorkflow:
             Step.CHECK_TOPIC, CheckTopicInput(req.topic_name), CheckTopicResult, policy.pulsar_queue, policy
         )
 
-    async def _verify(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> VerifyBkMetadataResult:
+    async def _verify(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, *, check_bk_copy_released: bool = False
+    ) -> VerifyBkMetadataResult:
         return await self._activity(
             Step.VERIFY_BK_METADATA,
-            VerifyBkMetadataInput(req),
+            VerifyBkMetadataInput(req, check_bk_copy_released=check_bk_copy_released),
             VerifyBkMetadataResult,
             policy.bookkeeper_queue,
             policy,
@@ -224,13 +226,7 @@ class LedgerDeletionWorkflow:
             and workflow.patched(DELETE_RELEASED_BK_COPY)
         ):
             return False
-        released = await self._activity(
-            Step.VERIFY_BK_METADATA,
-            VerifyBkMetadataInput(req, check_bk_copy_released=True),
-            VerifyBkMetadataResult,
-            policy.bookkeeper_queue,
-            policy,
-        )
+        released = await self._verify(req, policy, check_bk_copy_released=True)
         return released.verdict is Verdict.MATCH and released.bk_copy_released
 
     def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:

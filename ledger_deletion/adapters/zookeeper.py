@@ -26,12 +26,14 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from ledger_deletion.errors import (
     AuthorizationError,
     ConfigurationError,
     InvalidRequestError,
+    LedgerDeletionError,
     LedgersRootNotFound,
     MetadataStoreUnavailable,
     PulsarMetadataNotFound,
@@ -116,6 +118,15 @@ class ZooKeeperSession:
                 self._client.close()
                 self._client = None
 
+    def get(self, path: str) -> tuple[bytes, ZnodeStat] | None:
+        """A znode's data and stat, or None when it does not exist."""
+        with self.translated():
+            try:
+                data, stat = self.client().get(path)
+            except NoNodeError:
+                return None
+        return data or b"", stat
+
     @contextmanager
     def translated(self) -> Iterator[None]:
         try:
@@ -162,13 +173,11 @@ class LedgerStore:
 
     def read(self, ledger_id: int) -> Znode | None:
         """The ledger's znode, or None when it does not exist."""
-        path = self.path_of(ledger_id)
-        with self._translated():
-            try:
-                data, stat = self._zk().get(path)
-            except NoNodeError:
-                return None
-        return Znode(data=data or b"", version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
+        found = self._session.get(self.path_of(ledger_id))
+        if found is None:
+            return None
+        data, stat = found
+        return Znode(data=data, version=stat.version, ctime_ms=stat.ctime, mtime_ms=stat.mtime)
 
     def check_layout(self) -> str:
         """The ledger manager named in ``<root>/LAYOUT``, refused unless it is BookKeeper's default.
@@ -181,12 +190,7 @@ class LedgerStore:
         Raises:
             ConfigurationError: no LAYOUT, another ledger manager, or a LAYOUT this code cannot read.
         """
-        data = self._read_layout()
-        if data is None:
-            raise ConfigurationError(self._not_formatted())
-        manager = supported_ledger_manager(data)
-        self._formatted = True
-        return manager
+        return self._check_layout(ConfigurationError)
 
     def confirm_formatted(self) -> None:
         """Raise unless the ledgers root is BookKeeper's (has ``LAYOUT``): only there does "no znode" mean
@@ -197,22 +201,17 @@ class LedgerStore:
             ConfigurationError: a LAYOUT of another ledger manager (the start-up check was skipped while
                 ZooKeeper was out of reach): its ledgers are elsewhere, so "not found" proves nothing.
         """
-        if self._formatted:
-            return
-        layout = self._read_layout()
-        if layout is None:
-            raise LedgersRootNotFound(self._not_formatted())
-        supported_ledger_manager(layout)
-        self._formatted = True
+        if not self._formatted:
+            self._check_layout(LedgersRootNotFound)
 
-    def _read_layout(self) -> bytes | None:
-        path = f"{self.ledgers_root.rstrip('/')}/{LAYOUT_ZNODE}"
-        with self._translated():
-            try:
-                data, _ = self._zk().get(path)
-            except NoNodeError:
-                return None
-        return data or b""
+    def _check_layout(self, missing: type[LedgerDeletionError]) -> str:
+        """The supported manager named in ``<root>/LAYOUT`` (remembered as formatted); ``missing`` without."""
+        found = self._session.get(f"{self.ledgers_root.rstrip('/')}/{LAYOUT_ZNODE}")
+        if found is None:
+            raise missing(self._not_formatted())
+        manager = supported_ledger_manager(found[0])
+        self._formatted = True
+        return manager
 
     def _not_formatted(self) -> str:
         return (
@@ -292,17 +291,9 @@ class PulsarMetadataStore:
         Raises:
             InvalidRequestError: a name that is not ``tenant/[cluster/]ns/persistent/local``.
         """
-        segments = managed_ledger_name.split("/")
-        if len(segments) not in (4, 5) or any(part in ("", ".", "..") for part in segments):
-            raise InvalidRequestError(
-                f"managed ledger {managed_ledger_name[:80]!r} is not a managed ledger name"
-            )
-        with self._session.translated():
-            try:
-                data, _ = self._session.client().get(f"{MANAGED_LEDGERS_ROOT}/{managed_ledger_name}")
-            except NoNodeError:
-                return None
-        return data or b""
+        return self._read(
+            MANAGED_LEDGERS_ROOT, managed_ledger_name, (4, 5), "managed ledger", "a managed ledger name"
+        )
 
     def read_schema_locator(self, schema_id: str) -> bytes | None:
         """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
@@ -312,18 +303,20 @@ class PulsarMetadataStore:
             PulsarMetadataNotFound: no locator, and no ``/schemas`` at all: this store is not the one Pulsar
                 writes its schemas to, so "no locator" proves nothing.
         """
-        segments = schema_id.split("/")
-        if len(segments) != 3 or any(part in ("", ".", "..") for part in segments):
-            raise InvalidRequestError(f"schema id {schema_id[:80]!r} is not tenant/namespace/topic")
-        with self._session.translated():
-            zk = self._session.client()
-            try:
-                data, _ = zk.get(f"{SCHEMAS_ROOT}/{schema_id}")
-            except NoNodeError:
-                if zk.exists(SCHEMAS_ROOT) is None:
-                    raise PulsarMetadataNotFound(
-                        f"ZooKeeper {self.hosts} has no {SCHEMAS_ROOT}, so it is not where Pulsar keeps its "
-                        "schemas: set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadata store"
-                    ) from None
-                return None
-        return data or b""
+        data = self._read(SCHEMAS_ROOT, schema_id, (3,), "schema id", "tenant/namespace/topic")
+        if data is None and self._session.get(SCHEMAS_ROOT) is None:
+            raise PulsarMetadataNotFound(
+                f"ZooKeeper {self.hosts} has no {SCHEMAS_ROOT}, so it is not where Pulsar keeps its "
+                "schemas: set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadata store"
+            )
+        return data
+
+    def _read(
+        self, root: str, name: str, segment_counts: tuple[int, ...], kind: str, form: str
+    ) -> bytes | None:
+        """``<root>/<name>``'s content, or None; ``name`` must have one of ``segment_counts`` path parts."""
+        segments = name.split("/")
+        if len(segments) not in segment_counts or any(part in ("", ".", "..") for part in segments):
+            raise InvalidRequestError(f"{kind} {name[:80]!r} is not {form}")
+        found = self._session.get(f"{root}/{name}")
+        return None if found is None else found[0]
