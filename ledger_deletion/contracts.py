@@ -82,6 +82,11 @@ class MessageRef:
     # The message's own checkLedgerStillInUse: a message that joins a run started without the check can
     # still ask for it (older senders leave it out: False, as before).
     check_ledger_still_in_use: bool = False
+    # The message's own request, sent with a message that joins a run (the first message's is the run's
+    # input). A joining request that differs from every request the run has decided is decided on its own
+    # before its message is acked: a forged or stale request for the same ledger must not answer for the
+    # real one. None from older ingests: taken as the run's own request, as before.
+    request: PendingDeleteLedgerInfo | None = None
 
 
 # --- workflow ---------------------------------------------------------------------------------------------
@@ -101,6 +106,18 @@ class DeletionInput:
 
 
 @dataclass(frozen=True)
+class Decision:
+    """What a run decided for one of the requests it was given."""
+
+    request: str  # the request's one-line summary
+    topic_name: str
+    outcome: Outcome
+    reason: str = ""
+    failed_step: str = ""
+    deleted_keys: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class DeletionResult:
     outcome: Outcome
     ledger_id: int
@@ -110,6 +127,10 @@ class DeletionResult:
     messages_acked: int = 0
     messages_unacked: int = 0  # holders that went away; those messages are redelivered and end in a new run
     deleted_keys: list[str] = field(default_factory=list)
+    # When messages that joined brought requests other than the run's own (another topic, another offload
+    # context), each was decided on its own: every decision, the run's own first. The fields above then
+    # describe the weightiest of them (see the workflow's _weightiest). Empty for a run with one request.
+    decisions: list[Decision] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pulsar
@@ -368,7 +368,8 @@ class Ingestor:
         try:
             handle = await self._start(request, ref)
         except WorkflowAlreadyStartedError:
-            return await self._join(request.workflow_id, ref)
+            # The joining message brings its request: the run decides it on its own if it is not the run's.
+            return await self._join(request.workflow_id, replace(ref, request=request))
         # Set by the SDK on the handle when the first workflow task came back in the reply.
         self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
         return True

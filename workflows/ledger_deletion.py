@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         CheckTopicResult,
         DeadLetterInput,
         DeadLetterResult,
+        Decision,
         DeleteBkLedgerInput,
         DeleteBkLedgerResult,
         DeleteBkLedgerStatus,
@@ -58,6 +60,7 @@ STATUS_QUERY = "status"
 RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id, 2026-11-25
 CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 2026-11-25
 DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026-11-25
+DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 
 _R = TypeVar("_R")
@@ -92,6 +95,9 @@ class LedgerDeletionWorkflow:
         self._last_error = ""
         self._outcome = ""
         self._failed_step: Step | None = None
+        self._own_request: PendingDeleteLedgerInfo | None = None
+        # Every request decided so far, the run's own first: a joined message is acked once its request is.
+        self._decided: list[tuple[PendingDeleteLedgerInfo, Decision]] = []
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -113,9 +119,34 @@ class LedgerDeletionWorkflow:
     @workflow.run
     async def run(self, inp: DeletionInput) -> DeletionResult:
         request, policy = inp.request, inp.policy
+        self._own_request = request
         if inp.first_message is not None:
             self.add_message(inp.first_message)
         workflow.set_current_details(request.summary())
+        own = await self._decide(request, policy)
+        if not inp.outcome_with_completion:
+            _publish_outcome(own.outcome, own.failed_step)
+        unacked = await self._ack_all(policy)
+        self._step = Step.DONE
+        decisions = [decision for _, decision in self._decided]
+        final = _weightiest(decisions)
+        if inp.outcome_with_completion or final is not own:
+            _publish_outcome(final.outcome, final.failed_step)
+        return DeletionResult(
+            outcome=final.outcome,
+            ledger_id=request.ledger_id,
+            ledger_type=request.ledger_type.value,
+            reason=final.reason,
+            failed_step=final.failed_step,
+            messages_acked=self._acked,
+            messages_unacked=unacked,
+            deleted_keys=final.deleted_keys,
+            decisions=decisions if len(decisions) > 1 else [],
+        )
+
+    async def _decide(self, request: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> Decision:
+        """Decide one request: deleted, skipped, or dead-lettered (published to the DLQ before any ack)."""
+        self._failed_step = None
         failed_step, reason, deleted_keys = "", "", list[str]()
         try:
             outcome, reason, deleted_keys = await self._delete(request, policy)
@@ -127,24 +158,13 @@ class LedgerDeletionWorkflow:
             self._attempts, self._last_error = attempts, reason
             await self._dead_letter(request, policy, reason, failed_step, attempts)
             outcome = Outcome.DEAD_LETTERED
-        self._outcome = outcome.value
-        workflow.set_current_details(f"{request.summary()}: {outcome.value} {reason}".strip())
-        if not inp.outcome_with_completion:
-            _publish_outcome(outcome, failed_step)
-        unacked = await self._ack_all(policy)
-        self._step = Step.DONE
-        if inp.outcome_with_completion:
-            _publish_outcome(outcome, failed_step)
-        return DeletionResult(
-            outcome=outcome,
-            ledger_id=request.ledger_id,
-            ledger_type=request.ledger_type.value,
-            reason=reason,
-            failed_step=failed_step,
-            messages_acked=self._acked,
-            messages_unacked=unacked,
-            deleted_keys=deleted_keys,
+        decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
+        self._decided.append((request, decision))
+        self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
+        workflow.set_current_details(
+            "\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided)
         )
+        return decision
 
     # --- deletion ------------------------------------------------------------------------------------------
 
@@ -235,7 +255,10 @@ class LedgerDeletionWorkflow:
         joined messages replay without it (the patch is only looked at when it would change the answer)."""
         if req.check_ledger_still_in_use:
             return True
-        joined_asks = any(ref.check_ledger_still_in_use for ref in self._refs.values())
+        joined_asks = any(
+            ref.check_ledger_still_in_use and _same_decision(self._request_of(ref), req)
+            for ref in self._refs.values()
+        )
         return joined_asks and workflow.patched(CHECK_USE_FOR_JOINED)
 
     async def _wait_until_schema_releases(
@@ -308,6 +331,20 @@ class LedgerDeletionWorkflow:
             non_retryable=True,
         )
 
+    def _request_of(self, ref: MessageRef) -> PendingDeleteLedgerInfo:
+        """The request a message brought; the first message, and messages from older ingests, carry none:
+        theirs is the run's own."""
+        assert self._own_request is not None  # set first thing in run
+        return ref.request if ref.request is not None else self._own_request
+
+    def _is_decided(self, ref: MessageRef) -> bool:
+        """Has this run decided the message's request? Runs from before joined requests were decided on their
+        own replay without it (the patch is only looked at when it would change the answer)."""
+        request = self._request_of(ref)
+        if any(_same_decision(request, decided) for decided, _ in self._decided):
+            return True
+        return not workflow.patched(DECIDE_JOINED_REQUESTS)
+
     # --- dead letter and acks ------------------------------------------------------------------------------
 
     async def _dead_letter(
@@ -329,13 +366,20 @@ class LedgerDeletionWorkflow:
 
     async def _ack_all(self, policy: DeletionPolicy) -> int:
         """Ack every message that joined, including ones that arrive while we ack. Returns holders lost."""
-        self._step = Step.ACK_MESSAGES
         lost = 0
         while True:
+            self._step = Step.ACK_MESSAGES
             await workflow.wait_condition(workflow.all_handlers_finished)
-            pending = [ref for key, ref in self._refs.items() if key not in self._settled]
-            if not pending:
+            waiting = [ref for key, ref in self._refs.items() if key not in self._settled]
+            if not waiting:
                 return lost
+            pending = [ref for ref in waiting if self._is_decided(ref)]
+            if not pending:
+                # Only messages whose request this run has not decided: decide the first such request as a
+                # run of its own would, then ack its messages on the next turn.
+                undecided = self._request_of(waiting[0])
+                await self._decide(undecided, policy)
+                continue
             by_queue: dict[str, list[MessageRef]] = defaultdict(list)
             for ref in pending:
                 by_queue[ref.ack_queue].append(ref)
@@ -404,6 +448,30 @@ def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
             sa.DELETION_STEP.value_set(failed_step or Step.DONE.value),
         ]
     )
+
+
+_WEIGHT = {  # what happened to the ledger first, then what needs an operator, then why it was left alone
+    Outcome.DELETED: 0,
+    Outcome.DEAD_LETTERED: 1,
+    Outcome.ALREADY_DELETED: 2,
+    Outcome.SKIPPED_IN_USE: 3,
+    Outcome.SKIPPED_METADATA_MISMATCH: 4,
+    Outcome.SKIPPED_NOT_PULSAR: 5,
+}
+
+
+def _weightiest(decisions: list[Decision]) -> Decision:
+    """The decision a run reports (result and DeletionOutcome) when it decided more than one request: a
+    ledger one request deleted is deleted, whatever a forged one beside it was told."""
+    return min(decisions, key=lambda d: _WEIGHT[d.outcome])
+
+
+def _same_decision(request: PendingDeleteLedgerInfo, decided: PendingDeleteLedgerInfo) -> bool:
+    """Would ``request`` be decided as ``decided`` was? Everything counts but the sender's properties and
+    checkLedgerStillInUse (a joined message's ask is honoured by the decision it joins, see
+    ``_in_use_check_wanted``)."""
+    check, properties = decided.check_ledger_still_in_use, decided.properties
+    return replace(request, check_ledger_still_in_use=check, properties=properties) == decided
 
 
 def _ref_key(ref: MessageRef) -> str:

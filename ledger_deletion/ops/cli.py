@@ -162,6 +162,12 @@ def show(
                 f"result: {result.get('outcome')} {result.get('reason') or ''}  "
                 f"acked {result.get('messages_acked')}"
             )
+            # Messages that joined with other requests for the ledger: each was decided on its own.
+            for decision in result.get("decisions") or []:
+                _console().print(
+                    f"  decided: {decision.get('outcome')} for {decision.get('request')} "
+                    f"{decision.get('reason') or ''}".rstrip()
+                )
         if detail.failure:
             _console().print(f"[red]failure:[/red] {detail.failure}")
         if detail.status:

@@ -6,10 +6,12 @@ outcome search attributes written with the completion; ``recheck-*``: the schema
 asked again after a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
 ``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
 that ask, and has no patch marker; ``released-*`` and ``unpatched_release-*``: ``released_bk_copy`` with and
-without the check that the broker released an offloaded ledger's BookKeeper copy). When the workflow
-changes what a run does, guard the change (a new input field with a default, or ``workflow.patched()``)
-and record the new shape under a new prefix, keeping the old files: those runs may still be open in
-production.
+without the check that the broker released an offloaded ledger's BookKeeper copy;
+``joined_request-*``: ``joined_other_request``, a joined message whose request is not the run's, decided on
+its own; ``unpatched_request-*``: the same case recorded by the code before, which acked it with the run's
+outcome). When the workflow changes what a run does, guard the change (a new input field with a default,
+or ``workflow.patched()``) and record the new shape under a new prefix, keeping the old files: those runs
+may still be open in production.
 """
 
 from __future__ import annotations
@@ -19,13 +21,21 @@ import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef
-from tests.workflow.test_workflow_logic import Fakes, Harness, data_request, offload_request, schema_request
+from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, Verdict
+from tests.workflow.test_workflow_logic import (
+    FORGED_TOPIC,
+    Fakes,
+    Harness,
+    data_request,
+    offload_request,
+    schema_request,
+)
 from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -42,6 +52,12 @@ CASES: dict[str, Callable[[Fakes], None]] = {
     "joined_asks_check": lambda f: (
         setattr(f, "first_check_stalls_seconds", 1.0),
         setattr(f, "in_use_answers", [True, False]),
+    ),
+    # A forged request (another topic) starts the run; the real one joins with its request and is decided
+    # on its own.
+    "joined_other_request": lambda f: (
+        setattr(f, "first_check_stalls_seconds", 1.0),
+        setattr(f, "verdict_by_topic", {FORGED_TOPIC: Verdict.MISMATCH}),
     ),
     # The owner lists the ledger offloaded, and its managed ledger has released the BookKeeper copy.
     "released_bk_copy": lambda f: (
@@ -72,11 +88,16 @@ async def record(prefix: str, address: str = "127.0.0.1:17233") -> None:
                     "joined_asks_check": data_request(903, check_ledger_still_in_use=False),
                 }.get(name, data_request(901))
                 second_asks = name == "joined_asks_check"
+                second_request = None
+                if name == "joined_other_request":
+                    request, second_request = replace(request, topic_name=FORGED_TOPIC), request
                 await Harness(client, queue, fakes).run(
                     request,
                     refs=[
                         MessageRef("m-1", queue),
-                        MessageRef("m-2", queue, check_ledger_still_in_use=second_asks),
+                        MessageRef(
+                            "m-2", queue, check_ledger_still_in_use=second_asks, request=second_request
+                        ),
                     ],
                 )
         execution = [w async for w in client.list_workflows(f'TaskQueue="{queue}"')][0]

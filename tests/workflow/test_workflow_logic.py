@@ -71,6 +71,9 @@ class Fakes:
     owner_lists_offloaded: bool = False  # ask_owner_broker's ``offloaded`` when in use
     bk_copy_released: bool = False  # verify's answer when asked whether the BK copy is released
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
+    verdict_by_topic: dict[str, Verdict] = field(
+        default_factory=dict
+    )  # before ``verdicts``, by request topic
     schema_listed: list[bool] = field(default_factory=lambda: [False])  # verify's schema_referenced, in turn
     delete_statuses: list[DeleteBkLedgerStatus] = field(
         default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
@@ -105,7 +108,9 @@ class Fakes:
         @activity.defn(name="verify_bk_metadata")
         def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
             fakes.calls["verify_bk_metadata"] += 1
-            verdict = fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
+            verdict = fakes.verdict_by_topic.get(inp.request.topic_name) or (
+                fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
+            )
             listed = fakes.schema_listed.pop(0) if len(fakes.schema_listed) > 1 else fakes.schema_listed[0]
             return VerifyBkMetadataResult(
                 verdict,
@@ -438,6 +443,57 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
     else:
         assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
     assert sorted(harness.fakes.acked) == ["first", "second"]
+
+
+FORGED_TOPIC = "public/default/not-the-owner"
+
+
+async def test_a_joined_request_the_run_has_not_decided_is_decided_on_its_own(harness: Harness) -> None:
+    """A forged request started the run (its tags do not match: kept); the real one joins while the first
+    round runs. It is not answered with the forged one's outcome: it is decided as its own run would decide
+    it, and deletes the ledger. The run reports both decisions and, as its outcome, the deletion."""
+    harness.fakes.first_check_stalls_seconds = 1.0  # the real request joins while check_topic runs
+    harness.fakes.verdict_by_topic = {FORGED_TOPIC: Verdict.MISMATCH}
+    real = data_request()
+    forged = replace(real, topic_name=FORGED_TOPIC, check_ledger_still_in_use=False)
+    refs = [MessageRef("forged", harness.queue), MessageRef("real", harness.queue, request=real)]
+    result = await harness.run(forged, refs=refs)
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["delete_bk_ledger"] == 1
+    assert [(d.topic_name, d.outcome) for d in result.decisions] == [
+        (FORGED_TOPIC, Outcome.SKIPPED_METADATA_MISMATCH),
+        (real.topic_name, Outcome.DELETED),
+    ]
+    assert harness.fakes.acked == ["forged", "real"]  # each once its own request was decided
+    assert result.messages_acked == 2
+
+
+async def test_a_joined_request_whose_step_keeps_failing_is_dead_lettered_as_itself(harness: Harness) -> None:
+    """The dead letter carries the joined request, not the run's: replayed, it asks for what its sender
+    asked."""
+    harness.fakes.first_check_stalls_seconds = 1.0
+    harness.fakes.verdict_by_topic = {FORGED_TOPIC: Verdict.MISMATCH}
+    harness.fakes.delete_error = "ZooKeeper gone"
+    real = data_request()
+    forged = replace(real, topic_name=FORGED_TOPIC)
+    refs = [MessageRef("forged", harness.queue), MessageRef("real", harness.queue, request=real)]
+    result = await harness.run(forged, refs=refs)
+    assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "delete_bk_ledger"
+    (letter,) = harness.fakes.dead_letters
+    assert letter.request == real
+    assert sorted(harness.fakes.acked) == ["forged", "real"]
+
+
+async def test_joined_copies_of_the_run_request_are_one_decision(harness: Harness) -> None:
+    """The same request with other sender properties or another checkLedgerStillInUse is the run's own:
+    acked with its outcome, nothing asked twice."""
+    harness.fakes.first_check_stalls_seconds = 1.0
+    request = data_request()
+    copy = replace(request, properties={"sender": "broker-2"}, check_ledger_still_in_use=False)
+    refs = [MessageRef("first", harness.queue), MessageRef("copy", harness.queue, request=copy)]
+    result = await harness.run(request, refs=refs)
+    assert result.outcome is Outcome.DELETED and result.decisions == []
+    assert harness.fakes.calls["verify_bk_metadata"] == 1 and harness.fakes.calls["check_topic"] == 1
+    assert sorted(harness.fakes.acked) == ["copy", "first"]
 
 
 async def test_message_whose_holder_is_gone_is_left_for_redelivery(harness: Harness) -> None:
