@@ -13,6 +13,8 @@ from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerResult,
     DeleteBkLedgerStatus,
+    OffloadSupersededInput,
+    OffloadSupersededResult,
     Verdict,
     VerifyBkMetadataInput,
     VerifyBkMetadataResult,
@@ -24,7 +26,8 @@ from ledger_deletion.formats.managed_ledger import (
     parse_schema_locator,
     schema_ledger_ids,
 )
-from ledger_deletion.request import LedgerComponent, PendingDeleteLedgerInfo
+from ledger_deletion.formats.offload_keys import offload_uuid
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
 APPLICATION = "application"
@@ -92,6 +95,43 @@ class BookKeeperActivities:
                 if context.complete and context.bookkeeperDeleted:
                     return True, f"{name} reads it from tiered storage and released its BookKeeper copy"
         return False, f"{name} has not released its BookKeeper copy"
+
+    @activity.defn(name="check_offload_superseded")
+    @translate_errors
+    def check_offload_superseded(self, inp: OffloadSupersededInput) -> OffloadSupersededResult:
+        """Has a later offload attempt replaced the one whose objects the request names?
+
+        Each attempt writes a fresh uuid into the ledger's OffloadContext before it uploads, and the broker
+        reads offloaded entries under the uuid stored there only; it sends the objects of the attempt it
+        replaced (a failed one) to be deleted while it still lists the ledger. A uuid, once replaced, never
+        comes back. Anything short of another classic uuid stored for the ledger (no entry, no uuid,
+        segments, unreadable) keeps the objects.
+        """
+        request = inp.request
+        offload = request.context.offload_context if request.context else None
+        if request.ledger_type is not LedgerType.OFFLOAD_LEDGER or offload is None or not offload.has_uid:
+            return OffloadSupersededResult(False, "only a classic offload's uuid can be compared")
+        requested = offload_uuid(offload.uid_msb, offload.uid_lsb)
+        name = request.managed_ledger_name
+        data = self._pulsar_metadata.read_managed_ledger(name)
+        if data is None:
+            return OffloadSupersededResult(False, f"no managed ledger {name} in Pulsar's metadata store")
+        try:
+            info = parse_managed_ledger_info(data)
+        except MetadataFormatError as exc:
+            return OffloadSupersededResult(False, f"managed ledger {name} unreadable: {exc}")
+        for ledger in info.ledgerInfo:
+            if ledger.ledgerId != request.ledger_id or not ledger.HasField("offloadContext"):
+                continue
+            stored = ledger.offloadContext
+            segments = {offload_uuid(s.uidMsb, s.uidLsb) for s in stored.offloadSegment}
+            if (stored.uidMsb or stored.uidLsb) and requested not in segments:
+                current = offload_uuid(stored.uidMsb, stored.uidLsb)
+                if current != requested:
+                    return OffloadSupersededResult(
+                        True, f"{name} stores offload {current} for it, which replaced {requested}"
+                    )
+        return OffloadSupersededResult(False, f"{name} stores offload {requested} for it, or none to compare")
 
     def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
         """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""

@@ -309,6 +309,38 @@ class SimulatedCluster:
             )
         return ctx
 
+    def replace_offload(
+        self, topic: str, ledger_id: int, *, complete: bool = False
+    ) -> PendingDeleteLedgerInfo:
+        """A new offload attempt of an offloaded ledger (``ManagedLedgerImpl#prepareLedgerInfoForOffloaded``):
+        a fresh uuid (and its objects) stored for the ledger, ``complete`` once uploaded. Returns the request
+        the broker sends for the replaced attempt's objects ("Previous failed offload"), which stay in S3."""
+        name = _topic(topic)
+        path = self._ml_path(name)
+        data, stat = self.zk.get(path)
+        info = parse_managed_ledger_info(data or b"")
+        [stored] = [li for li in info.ledgerInfo if li.ledgerId == ledger_id]
+        replaced = ledger_info_to_request_context(stored)
+        new = self._offload(
+            managed_ledger_name(name),
+            ledger_id,
+            classic=True,
+            segment_count=0,
+            entries=stored.entries,
+            bookkeeper_deleted=False,
+            timestamp=_now_ms(),
+        )
+        new.complete = complete
+        stored.offloadContext.CopyFrom(new)
+        self.zk.set(path, serialize_managed_ledger_info(info), version=stat.version)
+        return PendingDeleteLedgerInfo(
+            topic_name=name,
+            ledger_component=LedgerComponent.MANAGED_LEDGER,
+            ledger_type=LedgerType.OFFLOAD_LEDGER,
+            ledger_id=ledger_id,
+            context=replaced,
+        )
+
     def create_partitioned_topic(self, base: str, partitions: int, *, grow_only: bool = False) -> None:
         """Write ``/admin/partitioned-topics/<tenant>/<ns>/persistent/<local>`` = ``{"partitions": N}``.
 

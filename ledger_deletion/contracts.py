@@ -33,6 +33,7 @@ class Step(StrEnum):
     ASK_OWNER_BROKER = "ask_owner_broker"
     WAIT_IN_USE = "wait_in_use"
     VERIFY_BK_METADATA = "verify_bk_metadata"
+    CHECK_OFFLOAD_SUPERSEDED = "check_offload_superseded"
     DELETE_BK_LEDGER = "delete_bk_ledger"
     DELETE_OFFLOAD_SEGMENT = "delete_offload_segment"
     PUBLISH_DEAD_LETTER = "publish_dead_letter"
@@ -205,6 +206,19 @@ class VerifyBkMetadataResult:
     # is ``complete`` and ``bookkeeperDeleted``: the broker reads it from tiered storage and has given up
     # its BookKeeper copy (whose own delete failed, or which it sent here to delete).
     bk_copy_released: bool = False
+
+
+@dataclass(frozen=True)
+class OffloadSupersededInput:
+    request: PendingDeleteLedgerInfo  # an OFFLOAD_LEDGER request whose ledger its topic still lists
+
+
+@dataclass(frozen=True)
+class OffloadSupersededResult:
+    # The ledger's entry in its ManagedLedgerInfo names another offload uuid than the request's: a later
+    # offload attempt replaced the one whose objects the request names, and nothing reads them any more.
+    superseded: bool
+    reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ def step_timeouts(settings: Settings) -> dict[str, float]:
         Step.CHECK_TOPIC: settings.admin_timeout_seconds,
         Step.ASK_OWNER_BROKER: settings.admin_timeout_seconds,
         Step.VERIFY_BK_METADATA: settings.zookeeper_timeout_seconds,
+        Step.CHECK_OFFLOAD_SUPERSEDED: settings.zookeeper_timeout_seconds,
         Step.DELETE_BK_LEDGER: settings.zookeeper_timeout_seconds,
     }
     derived = {

@@ -140,7 +140,11 @@ async def run_pools(
             )
             stack.callback(pulsar_metadata.close)
             bk = BookKeeperActivities(store, pulsar_metadata)
-            host("bookkeeper", [bk.verify_bk_metadata, bk.delete_bk_ledger], settings.bookkeeper_concurrency)
+            host(
+                "bookkeeper",
+                [bk.verify_bk_metadata, bk.check_offload_superseded, bk.delete_bk_ledger],
+                settings.bookkeeper_concurrency,
+            )
         if "offload" in wanted:
             offload = OffloadActivities(
                 object_store(settings, settings.offload_concurrency), settings.offload_bucket

@@ -45,6 +45,8 @@ with workflow.unsafe.imports_passed_through():
         DeletionResult,
         DeletionStatus,
         MessageRef,
+        OffloadSupersededInput,
+        OffloadSupersededResult,
         Outcome,
         RetrySpec,
         Step,
@@ -61,6 +63,7 @@ RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id
 CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 2026-11-25
 DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026-11-25
 DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
+DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 
 _R = TypeVar("_R")
@@ -225,7 +228,11 @@ class LedgerDeletionWorkflow:
                 policy.pulsar_queue,
                 policy,
             )
-            if not answer.in_use or await self._bk_copy_released(req, policy, answer):
+            if not answer.in_use:
+                return ""
+            if await self._bk_copy_released(req, policy, answer) or await self._offload_superseded(
+                req, policy, answer
+            ):
                 return ""
             return f"still referenced by {req.topic_name} ({answer.referenced_as})"
 
@@ -248,6 +255,31 @@ class LedgerDeletionWorkflow:
             return False
         released = await self._verify(req, policy, check_bk_copy_released=True)
         return released.verdict is Verdict.MATCH and released.bk_copy_released
+
+    async def _offload_superseded(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, answer: AskOwnerBrokerResult
+    ) -> bool:
+        """Does the owner list the ledger under another offload than the request's? A broker that replaces
+        a failed offload attempt sends that attempt's objects here while it still lists the ledger, now under
+        the new attempt's uuid; those objects are read by nothing. Only for a classic offload (one uuid per
+        ledger); runs from before this check replay without it."""
+        offload = req.context.offload_context if req.context else None
+        if not (
+            req.ledger_type is LedgerType.OFFLOAD_LEDGER
+            and answer.referenced_as == "ledgers"
+            and offload is not None
+            and offload.has_uid
+            and workflow.patched(DELETE_SUPERSEDED_OFFLOAD)
+        ):
+            return False
+        checked = await self._activity(
+            Step.CHECK_OFFLOAD_SUPERSEDED,
+            OffloadSupersededInput(req),
+            OffloadSupersededResult,
+            policy.bookkeeper_queue,
+            policy,
+        )
+        return checked.superseded
 
     def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:
         """Asked for by the request, or by any message that joined before this point: one message saying
@@ -450,14 +482,16 @@ def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
     )
 
 
-_WEIGHT = {  # what happened to the ledger first, then what needs an operator, then why it was left alone
-    Outcome.DELETED: 0,
-    Outcome.DEAD_LETTERED: 1,
-    Outcome.ALREADY_DELETED: 2,
-    Outcome.SKIPPED_IN_USE: 3,
-    Outcome.SKIPPED_METADATA_MISMATCH: 4,
-    Outcome.SKIPPED_NOT_PULSAR: 5,
-}
+_WEIGHT: Mapping[Outcome, int] = MappingProxyType(
+    {  # what happened to the ledger first, then what needs an operator, then why it was left alone
+        Outcome.DELETED: 0,
+        Outcome.DEAD_LETTERED: 1,
+        Outcome.ALREADY_DELETED: 2,
+        Outcome.SKIPPED_IN_USE: 3,
+        Outcome.SKIPPED_METADATA_MISMATCH: 4,
+        Outcome.SKIPPED_NOT_PULSAR: 5,
+    }
+)
 
 
 def _weightiest(decisions: list[Decision]) -> Decision:

@@ -27,6 +27,7 @@ from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerStatus,
     DeleteOffloadInput,
+    OffloadSupersededInput,
     Outcome,
     Verdict,
     VerifyBkMetadataInput,
@@ -302,6 +303,38 @@ async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, st
     zk.set(f"/managed-ledgers/{topic.managed_ledger_name}", b"\xff\x01 not protobuf")
     answer = ask(released)
     assert answer.bk_copy_released is False and "unreadable" in answer.reason
+
+
+async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(bk, zk, s3, stack) -> None:
+    """Asked whether an offload request's uuid was replaced, the activity compares it with the uuid the
+    ledger's ManagedLedgerInfo stores: another classic uuid only; the same one, none, a data request or
+    unreadable metadata keep the objects."""
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    reoffloaded, offloaded, current = cluster.new_ledger_ids(3)
+    topic = cluster.create_topic(
+        f"acts/ns-{uuid.uuid4().hex[:6]}/reoffloaded",
+        [reoffloaded, offloaded, current],
+        offloaded=[reoffloaded, offloaded],
+    )
+    replaced = cluster.replace_offload(topic.name, reoffloaded)
+    stored = {
+        r.ledger_id: r
+        for r in cluster.requests_for_trim(topic.name, [reoffloaded, offloaded])
+        if r.context and r.ledger_type is LedgerType.OFFLOAD_LEDGER
+    }
+
+    def ask(req: PendingDeleteLedgerInfo) -> Any:
+        return ActivityEnvironment().run(bk.check_offload_superseded, OffloadSupersededInput(req))
+
+    answer = ask(replaced)
+    assert answer.superseded is True and "replaced" in answer.reason
+    assert ask(stored[reoffloaded]).superseded is False  # the uuid it stores now
+    assert ask(stored[offloaded]).superseded is False
+    assert ask(replace(stored[offloaded], ledger_type=LedgerType.LEDGER)).superseded is False
+    assert ask(replace(replaced, topic_name=f"{topic.name}-gone")).superseded is False  # no managed ledger
+    zk.set(f"/managed-ledgers/{topic.managed_ledger_name}", b"\xff\x01 not protobuf")
+    answer = ask(replaced)
+    assert answer.superseded is False and "unreadable" in answer.reason
 
 
 async def test_unreadable_metadata_is_a_mismatch(bk, zk, new_ledger_id) -> None:

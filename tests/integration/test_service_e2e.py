@@ -219,6 +219,42 @@ async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_object
             assert cluster.object_exists(key, bucket), key
 
 
+async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_and_the_current_ones_kept(
+    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+) -> None:
+    """A broker starting a new offload attempt stores the new uuid, then sends the replaced attempt's objects
+    here ("Previous failed offload") while its topic still lists the ledger. Those objects are read by
+    nothing: deleted. A request for the uuid the managed ledger stores is kept after the grace, as is the
+    ledger's BookKeeper copy."""
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    ledger_id, current = cluster.new_ledger_ids(2)
+    topic = cluster.create_topic(
+        f"e2e/ns-{uuid.uuid4().hex[:6]}/reoffloaded", [ledger_id, current], offloaded=[ledger_id]
+    )
+    replaced = cluster.replace_offload(topic.name, ledger_id, complete=False)
+    [stored] = [
+        r
+        for r in cluster.requests_for_trim(topic.name, [ledger_id])
+        if r.ledger_type.value == "OFFLOAD_LEDGER"
+    ]
+    replaced_keys = cluster.offload_keys(replaced.context, ledger_id)  # type: ignore[arg-type]
+    stored_keys = cluster.offload_keys(topic.name, ledger_id)
+    assert replaced_keys and stored_keys and set(replaced_keys).isdisjoint(stored_keys)
+    assert replaced.workflow_id != stored.workflow_id
+    publisher.publish(replaced)
+    publisher.publish(stored)
+
+    results = {
+        "replaced": await wait_for_result(temporal_client, replaced.workflow_id),
+        "stored": await wait_for_result(temporal_client, stored.workflow_id),
+    }
+    assert results["replaced"].outcome is Outcome.DELETED
+    assert results["stored"].outcome is Outcome.SKIPPED_IN_USE
+    assert not any(cluster.object_exists(key, bucket) for bucket, key in replaced_keys)
+    assert all(cluster.object_exists(key, bucket) for bucket, key in stored_keys)
+    assert cluster.ledger_exists(ledger_id)
+
+
 async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart(
     settings: Settings, temporal_client: Client, zk, s3, stack, new_ledger_id
 ) -> None:

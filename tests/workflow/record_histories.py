@@ -1,17 +1,18 @@
 """Record replay-test histories: ``python -m tests.workflow.record_histories PREFIX`` with the stack up.
 
-Each shape of run the workflow code has had keeps its histories (``deleted.json``: started by
-signal-with-start; ``first_message-*``: first message in the input; ``outcome_with_completion-*``: the
-outcome search attributes written with the completion; ``recheck-*``: the schema locator wait and the owner
-asked again after a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
+Each shape of run the workflow code has had keeps its histories (``deleted.json``: started by signal-with-
+start; ``first_message-*``: first message in the input; ``outcome_with_completion-*``: the outcome search
+attributes written with the completion; ``recheck-*``: the schema locator wait and the owner asked again after
+a version race; ``joined-*``: a joined message asks for the in-use check the first did not,
 ``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
 that ask, and has no patch marker; ``released-*`` and ``unpatched_release-*``: ``released_bk_copy`` with and
-without the check that the broker released an offloaded ledger's BookKeeper copy;
-``joined_request-*``: ``joined_other_request``, a joined message whose request is not the run's, decided on
-its own; ``unpatched_request-*``: the same case recorded by the code before, which acked it with the run's
-outcome). When the workflow changes what a run does, guard the change (a new input field with a default,
-or ``workflow.patched()``) and record the new shape under a new prefix, keeping the old files: those runs
-may still be open in production.
+without the check that the broker released an offloaded ledger's BookKeeper copy; ``joined_request-*``:
+``joined_other_request``, a joined message whose request is not the run's, decided on its own;
+``unpatched_request-*``: the same case recorded by the code before, which acked it with the run's outcome;
+``superseded-*`` and ``unpatched_supersede-*``: ``superseded_offload``, the objects of a replaced offload
+attempt, with and without the check of the uuid the managed ledger stores). When the workflow changes what a
+run does, guard the change (a new input field with a default, or ``workflow.patched()``) and record the new
+shape under a new prefix, keeping the old files: those runs may still be open in production.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ CASES: dict[str, Callable[[Fakes], None]] = {
         setattr(f, "first_check_stalls_seconds", 1.0),
         setattr(f, "verdict_by_topic", {FORGED_TOPIC: Verdict.MISMATCH}),
     ),
+    # The owner lists the ledger under a newer offload attempt than the request's: its objects are deleted.
+    "superseded_offload": lambda f: (
+        setattr(f, "in_use_answers", [True]),
+        setattr(f, "offload_superseded", True),
+    ),
     # The owner lists the ledger offloaded, and its managed ledger has released the BookKeeper copy.
     "released_bk_copy": lambda f: (
         setattr(f, "in_use_answers", [True]),
@@ -84,6 +90,7 @@ async def record(prefix: str, address: str = "127.0.0.1:17233") -> None:
             ):
                 request = {
                     "offloaded": offload_request(900),
+                    "superseded_offload": offload_request(905),
                     "schema_listed_then_deleted": schema_request(902),
                     "joined_asks_check": data_request(903, check_ledger_still_in_use=False),
                 }.get(name, data_request(901))

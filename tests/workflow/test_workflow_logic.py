@@ -41,6 +41,8 @@ from ledger_deletion.contracts import (
     DeletionPolicy,
     DeletionResult,
     MessageRef,
+    OffloadSupersededInput,
+    OffloadSupersededResult,
     Outcome,
     RetrySpec,
     Verdict,
@@ -70,6 +72,7 @@ class Fakes:
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     owner_lists_offloaded: bool = False  # ask_owner_broker's ``offloaded`` when in use
     bk_copy_released: bool = False  # verify's answer when asked whether the BK copy is released
+    offload_superseded: bool = False  # check_offload_superseded's answer
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
     verdict_by_topic: dict[str, Verdict] = field(
         default_factory=dict
@@ -120,6 +123,11 @@ class Fakes:
                 bk_copy_released=inp.check_bk_copy_released and fakes.bk_copy_released,
             )
 
+        @activity.defn(name="check_offload_superseded")
+        def check_offload_superseded(inp: OffloadSupersededInput) -> OffloadSupersededResult:
+            fakes.calls["check_offload_superseded"] += 1
+            return OffloadSupersededResult(fakes.offload_superseded)
+
         @activity.defn(name="delete_bk_ledger")
         def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
             fakes.calls["delete_bk_ledger"] += 1
@@ -154,6 +162,7 @@ class Fakes:
             check_topic,
             ask_owner_broker,
             verify_bk_metadata,
+            check_offload_superseded,
             delete_bk_ledger,
             delete_offload_segment,
             ack_messages,
@@ -411,7 +420,8 @@ async def test_the_released_bk_copy_of_an_offloaded_ledger_is_deleted(
 
 
 async def test_an_offloaded_listing_protects_the_offloaded_objects(harness: Harness) -> None:
-    """For the objects themselves, an offloaded listing is exactly what uses them: kept, never asked."""
+    """For the objects themselves, an offloaded listing under their own uuid is exactly what uses them:
+    kept, whatever the BK copy's state (never asked)."""
     harness.fakes.in_use_answers = [True]
     harness.fakes.owner_lists_offloaded = True
     harness.fakes.bk_copy_released = True
@@ -420,6 +430,30 @@ async def test_an_offloaded_listing_protects_the_offloaded_objects(harness: Harn
     assert (
         harness.fakes.calls["delete_offload_segment"] == 0 and harness.fakes.calls["verify_bk_metadata"] == 0
     )
+    assert harness.fakes.calls["check_offload_superseded"] == harness.policy.in_use_rechecks + 1
+
+
+@pytest.mark.parametrize("offloaded", [True, False])
+async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_while_the_ledger_is_listed(
+    harness: Harness, offloaded: bool
+) -> None:
+    """The owner lists the ledger (its new offload complete or still uploading) and its managed ledger
+    stores another uuid than the request's: the request's objects are read by nothing, deleted at once."""
+    harness.fakes.in_use_answers = [True]
+    harness.fakes.owner_lists_offloaded = offloaded
+    harness.fakes.offload_superseded = True
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["delete_offload_segment"] == 1
+    assert (
+        harness.fakes.calls["ask_owner_broker"] == 1 and harness.fakes.calls["check_offload_superseded"] == 1
+    )
+
+
+async def test_a_data_ledger_never_asks_about_offload_attempts(harness: Harness) -> None:
+    harness.fakes.in_use_answers = [True]
+    harness.fakes.offload_superseded = True  # would be wrong to consult for a BookKeeper ledger
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE and harness.fakes.calls["check_offload_superseded"] == 0
 
 
 @pytest.mark.parametrize("joined_asks", [True, False])
