@@ -109,6 +109,8 @@ class GroundTruth:
     excluded_ledgers: dict[int, str] = field(default_factory=dict)  # id -> reason (foreign, young, ...)
     excluded_objects: dict[str, str] = field(default_factory=dict)  # key -> reason
     referenced: set[int] = field(default_factory=set)
+    # Of the offload candidates, the replaced attempts of ledgers still listed (their ids are referenced).
+    replaced_offloads: set[tuple[str, int]] = field(default_factory=set)
 
     def merge(self, other: GroundTruth) -> None:
         self.bk_candidates.update(other.bk_candidates)
@@ -118,6 +120,7 @@ class GroundTruth:
         self.excluded_ledgers.update(other.excluded_ledgers)
         self.excluded_objects.update(other.excluded_objects)
         self.referenced |= other.referenced
+        self.replaced_offloads |= other.replaced_offloads
 
 
 @dataclass
@@ -154,6 +157,9 @@ class _Topic:
     data: list[int]
     offloaded: bool
     compacted: bool
+    classic: list[int] = field(
+        default_factory=list
+    )  # data ledgers whose metadata stores a classic offload uuid
 
 
 class _Planner:
@@ -210,6 +216,7 @@ class _Planner:
         n_data = max(1, int(rnd.gauss(self.spec.data_ledgers_per_topic, 2)))
         info = ManagedLedgerInfo()
         data_ids: list[int] = []
+        classic: list[int] = []
         n_offloaded = rnd.randint(1, max(1, n_data - 2)) if offloaded and n_data > 2 else 0
         for i in range(n_data):
             ledger_id = self.ids.new()
@@ -249,6 +256,7 @@ class _Planner:
                     off_uuid = self.uuid()
                     ctx.uidMsb, ctx.uidLsb = java_uuid_parts(off_uuid)
                     self.objects_for(ledger_object_keys(off_uuid, ledger_id), ml_name)
+                    classic.append(ledger_id)
                 bk_deleted = rnd.random() < 0.5  # past managedLedgerOffloadDeletionLagMs
                 ctx.bookkeeperDeleted = bk_deleted
             if not bk_deleted:
@@ -290,7 +298,7 @@ class _Planner:
             ci = ManagedCursorInfo(cursorsLedgerId=-1, markDeleteLedgerId=data_ids[-1], markDeleteEntryId=0)
             ci.properties.add(name=COMPACTED_TOPIC_LEDGER, value=compacted_id)
             self.plan.cursors.append((ml_name, COMPACTION_CURSOR, serialize_managed_cursor_info(ci)))
-        self.topics.append(_Topic(ml_name, data_ids, offloaded, compacted))
+        self.topics.append(_Topic(ml_name, data_ids, offloaded, compacted, classic))
 
     def schema(self, schema_id: str) -> None:
         locator = SchemaLocator()
@@ -385,15 +393,28 @@ class _Planner:
         self.rnd.choice(self.topics)  # drawn as ever, so that everything generated after it stays the same
         self.objects_for(keys, None)
         self.plan.truth.report_only_objects.update(keys)
-        # Stale uuid of a failed earlier offload attempt of a ledger that is still referenced.
+        # Objects under some uuid of the ledger the topic writes to: listed without an offload context,
+        # so nothing says which uuid its offload would be read from. Kept.
         topic = self.rnd.choice(self.topics)
-        keys = ledger_object_keys(self.uuid(), topic.data[0])
+        keys = ledger_object_keys(self.uuid(), topic.data[-1])
         self.objects_for(keys, topic.ml_name)
         for key in keys:
             self.plan.truth.excluded_objects[key] = "ledger-id-referenced"
         # Not an offload object at all.
         self.objects_for(["README.txt"], None)
         self.plan.truth.excluded_objects["README.txt"] = "unrecognized-key"
+
+    def replaced_offload(self) -> None:
+        """Objects of a replaced offload attempt of a ledger still listed: its metadata stores the newer
+        attempt's uuid (a failed attempt whose cleanup the broker missed). Nothing reads them: a candidate."""
+        offloading = [topic for topic in self.topics if topic.classic]
+        if not offloading:
+            return
+        topic = self.rnd.choice(offloading)
+        ledger_id, stale = self.rnd.choice(topic.classic), self.uuid()
+        self.objects_for(ledger_object_keys(stale, ledger_id), topic.ml_name)
+        self.plan.truth.offload_candidates.add((stale, ledger_id))
+        self.plan.truth.replaced_offloads.add((stale, ledger_id))
 
     def untagged_offload(self) -> None:
         """Orphan objects offloaded by a broker before apache/pulsar#14907 (no ManagedLedgerName, no role),
@@ -493,6 +514,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     p.broken_owner()
     p.orphan_legacy()  # late: the ids and choices of everything above stay what they were
     p.untagged_offload()  # last, for the same reason
+    p.replaced_offload()  # after it, for the same reason
     return p.plan
 
 

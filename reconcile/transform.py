@@ -14,7 +14,10 @@ Safety rules, in order (the first that applies is the reason):
 
 1. never an id referenced anywhere (anti-join against every reference of every kind, and every offload
    context) — these rows are not findings at all; for objects, a still-referenced ledger id with another uuid
-   (a failed earlier offload) is ``excluded`` as ``ledger-id-referenced``. One exception, for BK ledgers
+   is ``excluded`` as ``ledger-id-referenced``, except the objects of a replaced offload attempt: their
+   ledger listed by one managed ledger only, whose entry stores another classic uuid, and the objects naming
+   that managed ledger (see :func:`replaced_offload_owners`) are a ``candidate`` with the reason
+   :data:`REPLACED_OFFLOAD_REASON`, the safety rules below still applying. Another exception, for BK ledgers
    only: a ledger-list entry whose offload is complete and whose BK copy the broker marked deleted
    (reference kind ``offloaded-bk-deleted``, and that entry's offload contexts) does not keep a BK ledger of
    that id (see :func:`bk_referenced_ids`): if the znode is still there, the broker's delete failed and it
@@ -58,6 +61,7 @@ __all__ = [
     "OFFLOAD_OBJECTS_SCHEMA",
     "OFFLOAD_OWNERS_SCHEMA",
     "REFERENCES_SCHEMA",
+    "REPLACED_OFFLOAD_REASON",
     "attach_offload_owners",
     "bk_findings",
     "bk_referenced_ids",
@@ -185,6 +189,14 @@ OBJECTS_CONFLICT_REASON = "objects-owner-conflict"
 # failed, and the broker never tries again (it reads the ledger from tiered storage). Unlike every other
 # reason this one goes with ``candidate``: it says why a ledger still listed in the metadata is an orphan.
 BK_COPY_OF_OFFLOADED_REASON = "bk-copy-of-offloaded-ledger"
+# The objects of a replaced offload attempt: their ledger is listed, only by one managed ledger (its entry,
+# its cursors' positions), and that entry stores another classic offload uuid. Each attempt stores a fresh
+# uuid before it uploads and the broker reads under the stored one only, so nothing reads these (a failed
+# attempt the broker's own cleanup missed). A ``candidate`` with a reason, as above; the deletion service
+# checks the stored uuid again (``check_offload_superseded``) before it deletes.
+REPLACED_OFFLOAD_REASON = "replaced-offload-attempt"
+# What may reference the ledger id of such objects: the managed ledger's own entry and positions in it.
+_REPLACED_OFFLOAD_REFERENCE_KINDS = ("data", OFFLOADED_BK_DELETED, "position", "terminated")
 # Such a BK ledger whose tags do not say it is that managed ledger's data (another owner, another
 # component): not the copy the metadata speaks of, so nothing proves it is the broker's leftover. Kept.
 OFFLOADED_TAGS_MISMATCH_REASON = "offloaded-ledger-tags-mismatch"
@@ -225,6 +237,40 @@ def bk_referenced_ids(references: DataFrame, contexts: DataFrame) -> DataFrame:
         released, ["ledger_id", "managed_ledger"], "left_anti"
     )
     return refs.select("ledger_id").unionByName(ctxs.select("ledger_id")).distinct()
+
+
+def replaced_offload_owners(references: DataFrame, contexts: DataFrame) -> DataFrame:
+    """``(ledger_id, managed_ledger)`` of the ledgers whose objects under any other uuid than the stored
+    one are a replaced offload attempt (:data:`REPLACED_OFFLOAD_REASON`): referenced by one managed ledger
+    only, in its ledger list (and positions), whose offload contexts for the id are its and include a
+    classic uuid. Any other reference of the id, or a context of another managed ledger, keeps them."""
+    refs = (
+        references.where(F.col("ledger_id") >= 0)
+        .groupBy("ledger_id")
+        .agg(
+            F.countDistinct("owner").alias("_ref_owners"),
+            F.min(F.col("kind").isin(*_REPLACED_OFFLOAD_REFERENCE_KINDS).cast(IntegerType())).alias(
+                "_kinds_ok"
+            ),
+            F.max(F.col("kind").isin("data", OFFLOADED_BK_DELETED).cast(IntegerType())).alias("_listed"),
+            F.first("owner").alias("managed_ledger"),
+        )
+        .where((F.col("_ref_owners") == 1) & (F.col("_kinds_ok") == 1) & (F.col("_listed") == 1))
+    )
+    ctxs = (
+        contexts.groupBy("ledger_id")
+        .agg(
+            F.countDistinct("managed_ledger").alias("_ctx_owners"),
+            F.max((F.col("variant") == "ledger").cast(IntegerType())).alias("_classic"),
+            F.first("managed_ledger").alias("_ctx_ml"),
+        )
+        .where((F.col("_ctx_owners") == 1) & (F.col("_classic") == 1))
+    )
+    return (
+        refs.join(ctxs, "ledger_id")
+        .where(F.col("managed_ledger") == F.col("_ctx_ml"))
+        .select("ledger_id", "managed_ledger")
+    )
 
 
 def unreadable_owners(references: DataFrame) -> DataFrame:
@@ -420,17 +466,25 @@ def offload_findings(
         F.col("ledger_id").alias("_ref_id"), F.lit(True).alias("_referenced")
     )
     grouped = grouped.join(referenced, F.col("ledger_id") == F.col("_ref_id"), "left")
+    replaced = replaced_offload_owners(references, contexts).select(
+        F.col("ledger_id").alias("_rp_id"), F.col("managed_ledger").alias("_replaced_in")
+    )
+    grouped = grouped.join(
+        replaced, (F.col("ledger_id") == F.col("_rp_id")) & (F.col("variant") == "ledger"), "left"
+    )
+    is_replaced = F.col("_replaced_in").isNotNull()
     reason = _first(
         [
             (F.col("variant").isNull(), "unrecognized-key"),
-            (F.col("_referenced").isNotNull(), "ledger-id-referenced"),
+            (F.col("_referenced").isNotNull() & ~is_replaced, "ledger-id-referenced"),
             (F.col("created_ms") >= F.lit(cutoff_ms), "too-young"),
             (F.col("variant") == "segment", "segment-ledger-unknown"),
+            (is_replaced, REPLACED_OFFLOAD_REASON),
         ],
         F.lit(None).cast(StringType()),
     )
     status = (
-        F.when(F.col("reason").isNull(), F.lit(CANDIDATE))
+        F.when(F.col("reason").isNull() | (F.col("reason") == REPLACED_OFFLOAD_REASON), F.lit(CANDIDATE))
         .when(F.col("reason") == "segment-ledger-unknown", F.lit(REPORT_ONLY))
         .otherwise(F.lit(EXCLUDED))
     )
@@ -447,7 +501,9 @@ def offload_findings(
             none.alias("topic_name"),
             none.alias("tenant"),
             none.alias("namespace"),
-            none.alias("managed_ledger"),
+            # Known here only for a replaced attempt: the managed ledger that lists the ledger, which the
+            # objects' own owner must be (attach_offload_owners).
+            F.when(is_replaced, F.col("_replaced_in")).otherwise(none).alias("managed_ledger"),
             none.alias("cursor_name"),
             none.alias("schema_id"),
             "bucket",
@@ -499,7 +555,11 @@ def attach_offload_owners(
         & (F.col("ledger_id").eqNullSafe(F.col("_o_ledger"))),
         "left",
     ).join(bk_owner, is_offload & (F.col("ledger_id") == F.col("_b_ledger")), "left")
+    # A replaced attempt's objects must name the managed ledger that lists their ledger: else another
+    # topic's objects carry this ledger id, which stays referenced for them (excluded below).
+    listed_in = F.when(F.col("reason") == REPLACED_OFFLOAD_REASON, F.col("managed_ledger"))
     ml = F.when(is_offload, F.coalesce("_o_ml", "_b_ml")).otherwise(F.col("managed_ledger"))
+    joined = joined.withColumn("_listed_in", listed_in)
     df = joined.withColumn("managed_ledger", ml).withColumn(
         "topic_name", F.when(is_offload, _topic_of_ml(F.col("managed_ledger"))).otherwise(F.col("topic_name"))
     )
@@ -507,6 +567,9 @@ def attach_offload_owners(
     bad = unreadable_owners(references).select(F.col("owner").alias("_bad_owner"), F.lit(True).alias("_bad"))
     df = df.join(bad, is_offload & (F.col("managed_ledger") == F.col("_bad_owner")), "left")
     candidate = is_offload & (F.col("status") == CANDIDATE)
+    other_owner = (
+        candidate & F.col("_listed_in").isNotNull() & ~F.col("_listed_in").eqNullSafe(F.col("_o_ml"))
+    )
     unreadable = candidate & F.col("_bad").isNotNull()
     unknown = candidate & F.col("topic_name").isNull()
     # Null where no owners row joined (BK findings, offloads that were no candidates) or it did not say.
@@ -514,14 +577,15 @@ def attach_offload_owners(
     conflicting = candidate & F.coalesce(F.col("_o_conflicting"), F.lit(False))
     df = df.withColumn(
         "reason",
-        F.when(unreadable, F.lit("owner-metadata-unreadable"))
+        F.when(other_owner, F.lit("ledger-id-referenced"))
+        .when(unreadable, F.lit("owner-metadata-unreadable"))
         .when(unknown, F.lit("owner-unknown"))
         .when(untagged, F.lit(OBJECTS_UNTAGGED_REASON))
         .when(conflicting, F.lit(OBJECTS_CONFLICT_REASON))
         .otherwise(F.col("reason")),
     ).withColumn(
         "status",
-        F.when(unreadable, F.lit(EXCLUDED))
+        F.when(other_owner | unreadable, F.lit(EXCLUDED))
         .when(unknown | untagged | conflicting, F.lit(REPORT_ONLY))
         .otherwise(F.col("status")),
     )

@@ -482,3 +482,58 @@ def test_bk_copy_of_offloaded_ledger_marked_bk_deleted_is_a_candidate(spark: Any
     # Objects stay protected: for them the entry is a reference like any other.
     assert {r["ledger_id"] for r in T.referenced_ids(refs, ctxs).collect()} >= {70, 75, 76, 77}
     assert 70 not in {r["ledger_id"] for r in T.bk_referenced_ids(refs, ctxs).collect()}
+
+
+def test_objects_of_a_replaced_offload_attempt_are_candidates_with_their_reason(spark: Any) -> None:
+    """Objects under another uuid than the one the listing managed ledger stores for the ledger: a replaced
+    attempt, a candidate (reason ``replaced-offload-attempt``) when nothing else references the id and the
+    objects name that managed ledger. Anything else keeps them (``ledger-id-referenced``)."""
+    other = "public/default/persistent/other"
+    bk, refs, ctxs, objs = frames(
+        spark,
+        [],
+        refs=[
+            (70, "data", ML, None),  # replaced: listed with a classic uuid, a cursor's position in it
+            (70, "position", ML, "sub"),
+            (71, "offloaded-bk-deleted", ML, None),  # replaced, its BK copy released
+            (72, "data", ML, None),  # the id is also another topic's compacted ledger: kept
+            (72, "compacted", other, "__compaction"),
+            (73, "data", ML, None),  # listed with segments only: no uuid to compare, kept
+            (74, "data", ML, None),  # listed without any offload context: kept
+            (75, "data", ML, None),  # replaced, but the objects name another managed ledger: kept
+            (76, "data", ML, None),  # replaced, but too young
+        ],
+        ctxs=[
+            (70, UUID_A, "ledger", ML, "b", False),  # the new attempt, still uploading
+            (71, UUID_A, "ledger", ML, "b", True),
+            (72, UUID_A, "ledger", ML, "b", True),
+            (73, UUID_A, "segment", ML, "b", True),
+            (75, UUID_A, "ledger", ML, "b", True),
+            (76, UUID_A, "ledger", ML, "b", True),
+        ],
+        objs=[("b", f"{UUID_A}-ledger-70", 10, OLD)]  # the stored attempt's own objects: not a finding
+        + [("b", f"{UUID_C}-ledger-{i}", 10, OLD) for i in range(70, 76)]
+        + [("b", f"{UUID_C}-ledger-76", 10, YOUNG)],
+    )
+    raw = T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
+    owners = spark.createDataFrame(
+        [("b", UUID_C, i, other if i == 75 else ML, False, False) for i in range(70, 77)],
+        T.OFFLOAD_OWNERS_SCHEMA,
+    )
+    got = {
+        r["ledger_id"]: (r["status"], r["reason"], r["uuid"])
+        for r in T.attach_offload_owners(raw, owners, bk, refs).collect()
+    }
+    replaced = ("candidate", T.REPLACED_OFFLOAD_REASON, UUID_C)
+    kept = ("excluded", "ledger-id-referenced", UUID_C)
+    assert got == {
+        70: replaced,
+        71: replaced,
+        72: kept,
+        73: kept,
+        74: kept,
+        75: kept,
+        76: ("excluded", "too-young", UUID_C),
+    }
+    candidate = T.attach_offload_owners(raw, owners, bk, refs).where(F.col("ledger_id") == 70).first()
+    assert candidate is not None and candidate["topic_name"] == "public/default/orders-partition-1"

@@ -122,7 +122,10 @@ def test_generator_truth_is_consistent() -> None:
     assert len(ledger_ids) == len(plan.ledgers)  # no id twice
     assert not set(truth.bk_candidates) & truth.referenced
     assert set(truth.bk_candidates) <= ledger_ids
-    assert not {i for _, i in truth.offload_candidates} & truth.referenced
+    assert not {i for _, i in truth.offload_candidates - truth.replaced_offloads} & truth.referenced
+    # A replaced offload attempt is the one candidate whose ledger is still listed (under another uuid).
+    assert truth.replaced_offloads and truth.replaced_offloads <= truth.offload_candidates
+    assert {i for _, i in truth.replaced_offloads} <= truth.referenced
     assert set(truth.bk_candidates.values()) == {"MANAGED_LEDGER", "MANAGED_CURSOR", "SCHEMA_STORAGE"}
     assert len(plan.ledgers) == pytest.approx(500, rel=0.1)
     young = plan_young_orphans(spec, plan)
