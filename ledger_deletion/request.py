@@ -10,7 +10,7 @@ dataclasses travel in workflow payloads, see ``contracts.py``.
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -116,7 +116,8 @@ class PendingDeleteLedgerInfo:
     @property
     def workflow_id(self) -> str:
         """One workflow per (type, ledger), and per offload for an offloaded ledger: a second request for
-        the same thing joins the first and is acked with its outcome.
+        the same thing joins the first; acked with its outcome when it is the same request
+        (:func:`same_decision`), decided on its own by that run when it is not.
 
         A ledger can be offloaded more than once (a failed attempt leaves objects under another uuid), and
         each copy is its own deletion: keyed by ledger alone, a request for the second copy would join the
@@ -139,6 +140,13 @@ class PendingDeleteLedgerInfo:
         }[self.ledger_component]
         where = "BookKeeper" if self.ledger_type is LedgerType.LEDGER else "tiered storage"
         return f"Delete {what} ledger {self.ledger_id} of {self.topic_name} from {where}"[:200]
+
+
+def same_decision(request: PendingDeleteLedgerInfo, decided: PendingDeleteLedgerInfo) -> bool:
+    """Is ``request`` decided as ``decided`` was? Everything counts but the sender's properties and
+    checkLedgerStillInUse (a run honours any of its messages' asks for the in-use check)."""
+    check, properties = decided.check_ledger_still_in_use, decided.properties
+    return replace(request, check_ledger_still_in_use=check, properties=properties) == decided
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -51,7 +51,7 @@ from ledger_deletion.errors import (
 from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.observability import ingest as observability
 from ledger_deletion.observability.ingest import observe_receive
-from ledger_deletion.request import PendingDeleteLedgerInfo
+from ledger_deletion.request import PendingDeleteLedgerInfo, same_decision
 from ledger_deletion.tenancy import confine_to_topic
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
 
@@ -265,8 +265,11 @@ class Ingestor:
         ``ack_schedule_to_start_seconds`` (meant for a holder that died; it also happens when Temporal was
         down that long). A live holder is not redelivered by Pulsar, so without this the message would stay
         unacked for ever. Only the latest run's state matters: a message joined some run up to the latest,
-        so a closed latest run means its run is closed too. Completed: the request was handled, ack it.
-        Terminated, failed, timed out or cancelled: nothing decided it, so hand it to a new run.
+        so a closed latest run means its run is closed too. Completed with the message's own request as its
+        input: that request was decided, ack it. Completed with another request (the message joined an
+        earlier run that ended undecided, or was decided beside the input and its ack failed), terminated,
+        failed, timed out or cancelled: hand it to a new run, which decides it (again: every step is
+        idempotent).
         """
         settled = 0
         # In the dead-letter topic already, but their ack failed: no workflow will ack them.
@@ -287,16 +290,23 @@ class Ingestor:
                 continue
             if description.status == WorkflowExecutionStatus.COMPLETED:
                 try:
-                    acked, _ = await asyncio.to_thread(self.pending.ack, [key])
-                except MessagingUnavailable as exc:  # one failing ack must not stop the sweep of the others
-                    log.warning("sweep: ack of %s failed: %s; next sweep", key, exc)
+                    decided = await self._decided_by(handoff, description.run_id)
+                except RPCError as exc:
+                    log.debug("sweep: cannot read the input of %s: %s", handoff.workflow_id, exc)
                     continue
-                settled += acked
-                continue
+                if decided:
+                    try:
+                        acked, _ = await asyncio.to_thread(self.pending.ack, [key])
+                    except MessagingUnavailable as exc:  # one failing ack must not stop the sweep
+                        log.warning("sweep: ack of %s failed: %s; next sweep", key, exc)
+                        continue
+                    settled += acked
+                    continue
             log.warning(
-                "workflow %s ended %s without a decision; starting it again",
+                "workflow %s ended %s without deciding the request of %s; starting it again",
                 handoff.workflow_id,
                 description.status.name if description.status else "?",
+                key,
             )
             try:
                 await self._start_or_join(
@@ -326,6 +336,17 @@ class Ingestor:
             self.pending.bind(key, Handoff(handoff.workflow_id, handoff.request, time.monotonic()))
             settled += 1
         return settled
+
+    async def _decided_by(self, handoff: Handoff, run_id: str | None) -> bool:
+        """Did this completed run have the held message's request as its own input (so decided it)?"""
+        handle = self.temporal.get_workflow_handle(handoff.workflow_id, run_id=run_id)
+        async for event in handle.fetch_history_events():
+            payloads = list(event.workflow_execution_started_event_attributes.input.payloads)
+            if not payloads:
+                return False
+            [started] = await self.temporal.data_converter.decode(payloads, [DeletionInput])
+            return isinstance(started, DeletionInput) and same_decision(handoff.request, started.request)
+        return False
 
     async def sweep_forever(self, stop: asyncio.Event, interval: float) -> None:
         while not stop.is_set():

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import replace
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -54,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
         VerifyBkMetadataInput,
         VerifyBkMetadataResult,
     )
-    from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+    from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo, same_decision
 
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
@@ -65,6 +64,10 @@ DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026
 DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
 DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
+# Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable), so
+# a flood of distinct requests for one ledger id cannot grow a run's history without bound.
+MAX_JOINED_DECISIONS = 10
+JOIN_STEP = "join"  # the failed step of a joined request dead-lettered undecided
 
 _R = TypeVar("_R")
 
@@ -101,6 +104,7 @@ class LedgerDeletionWorkflow:
         self._own_request: PendingDeleteLedgerInfo | None = None
         # Every request decided so far, the run's own first: a joined message is acked once its request is.
         self._decided: list[tuple[PendingDeleteLedgerInfo, Decision]] = []
+        self._deciding_joined = False
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -133,7 +137,8 @@ class LedgerDeletionWorkflow:
         self._step = Step.DONE
         decisions = [decision for _, decision in self._decided]
         final = _weightiest(decisions)
-        if inp.outcome_with_completion or final is not own:
+        # Joined decisions may have upserted DeletionStep (waiting) after an early publish: publish again.
+        if inp.outcome_with_completion or len(decisions) > 1:
             _publish_outcome(final.outcome, final.failed_step)
         return DeletionResult(
             outcome=final.outcome,
@@ -148,19 +153,29 @@ class LedgerDeletionWorkflow:
         )
 
     async def _decide(self, request: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> Decision:
-        """Decide one request: deleted, skipped, or dead-lettered (published to the DLQ before any ack)."""
-        self._failed_step = None
+        """Decide one request: deleted, skipped, or dead-lettered (published to the DLQ before any ack).
+        Past ``MAX_JOINED_DECISIONS`` joined requests, a further one is dead-lettered undecided."""
+        self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
-        try:
-            outcome, reason, deleted_keys = await self._delete(request, policy)
-        except _Finished as finished:
-            outcome, reason = finished.outcome, finished.reason
-        except (ActivityError, ApplicationError) as err:
-            step = self._failed_step or self._step
-            failed_step, reason, attempts = step.value, _describe(err), _attempts_of(err, policy, step)
-            self._attempts, self._last_error = attempts, reason
-            await self._dead_letter(request, policy, reason, failed_step, attempts)
+        if len(self._decided) > MAX_JOINED_DECISIONS:
+            failed_step = JOIN_STEP
+            reason = (
+                f"more than {MAX_JOINED_DECISIONS} other requests for this ledger joined one run: "
+                "not decided there; replay it"
+            )
+            await self._dead_letter(request, policy, reason, failed_step, 0)
             outcome = Outcome.DEAD_LETTERED
+        else:
+            try:
+                outcome, reason, deleted_keys = await self._delete(request, policy)
+            except _Finished as finished:
+                outcome, reason = finished.outcome, finished.reason
+            except (ActivityError, ApplicationError) as err:
+                step = self._failed_step or self._step
+                failed_step, reason, attempts = step.value, _describe(err), _attempts_of(err, policy, step)
+                self._attempts, self._last_error = attempts, reason
+                await self._dead_letter(request, policy, reason, failed_step, attempts)
+                outcome = Outcome.DEAD_LETTERED
         decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
         self._decided.append((request, decision))
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
@@ -250,7 +265,7 @@ class LedgerDeletionWorkflow:
             and answer.referenced_as == "ledgers"
             and req.ledger_type is LedgerType.LEDGER
             and req.ledger_component is LedgerComponent.MANAGED_LEDGER
-            and workflow.patched(DELETE_RELEASED_BK_COPY)
+            and self._patched(DELETE_RELEASED_BK_COPY)
         ):
             return False
         released = await self._verify(req, policy, check_bk_copy_released=True)
@@ -269,7 +284,7 @@ class LedgerDeletionWorkflow:
             and answer.referenced_as == "ledgers"
             and offload is not None
             and offload.has_uid
-            and workflow.patched(DELETE_SUPERSEDED_OFFLOAD)
+            and self._patched(DELETE_SUPERSEDED_OFFLOAD)
         ):
             return False
         checked = await self._activity(
@@ -282,16 +297,23 @@ class LedgerDeletionWorkflow:
         return checked.superseded
 
     def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:
-        """Asked for by the request, or by any message that joined before this point: one message saying
-        "check" is enough, whichever came first. Runs that got such a message before the check honoured
-        joined messages replay without it (the patch is only looked at when it would change the answer)."""
+        """Asked for by the request, or by any message that joined before this point (whatever request it
+        brought: one message saying "check" is enough, and a check never deletes). Runs that got such a
+        message before the check honoured joined messages replay without it (the patch is only looked at
+        when it would change the answer)."""
         if req.check_ledger_still_in_use:
             return True
         joined_asks = any(
-            ref.check_ledger_still_in_use and _same_decision(self._request_of(ref), req)
+            ref.check_ledger_still_in_use or self._request_of(ref).check_ledger_still_in_use
             for ref in self._refs.values()
         )
-        return joined_asks and workflow.patched(CHECK_USE_FOR_JOINED)
+        return joined_asks and self._patched(CHECK_USE_FOR_JOINED)
+
+    def _patched(self, patch_id: str) -> bool:
+        """``workflow.patched``, but always on while deciding a joined request: that code is newer than every
+        earlier patch, and a run replayed across a deployment may have memoized an earlier patch as off,
+        which would decide the joined request as no fresh run would."""
+        return self._deciding_joined or workflow.patched(patch_id)
 
     async def _wait_until_schema_releases(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
@@ -355,7 +377,7 @@ class LedgerDeletionWorkflow:
             verified = await self._wait_until_schema_releases(req, policy, verified)
             # A ledger's metadata changes when someone writes, closes or recovers it: ask its owner again.
             # Runs that raced before this check existed replay without it.
-            if workflow.patched(RECHECK_USE_AFTER_RACE):
+            if self._patched(RECHECK_USE_AFTER_RACE):
                 await self._wait_until_unused(req, policy, topic)
         raise ApplicationError(
             f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
@@ -373,7 +395,7 @@ class LedgerDeletionWorkflow:
         """Has this run decided the message's request? Runs from before joined requests were decided on their
         own replay without it (the patch is only looked at when it would change the answer)."""
         request = self._request_of(ref)
-        if any(_same_decision(request, decided) for decided, _ in self._decided):
+        if any(same_decision(request, decided) for decided, _ in self._decided):
             return True
         return not workflow.patched(DECIDE_JOINED_REQUESTS)
 
@@ -410,6 +432,7 @@ class LedgerDeletionWorkflow:
                 # Only messages whose request this run has not decided: decide the first such request as a
                 # run of its own would, then ack its messages on the next turn.
                 undecided = self._request_of(waiting[0])
+                self._deciding_joined = True
                 await self._decide(undecided, policy)
                 continue
             by_queue: dict[str, list[MessageRef]] = defaultdict(list)
@@ -498,14 +521,6 @@ def _weightiest(decisions: list[Decision]) -> Decision:
     """The decision a run reports (result and DeletionOutcome) when it decided more than one request: a
     ledger one request deleted is deleted, whatever a forged one beside it was told."""
     return min(decisions, key=lambda d: _WEIGHT[d.outcome])
-
-
-def _same_decision(request: PendingDeleteLedgerInfo, decided: PendingDeleteLedgerInfo) -> bool:
-    """Would ``request`` be decided as ``decided`` was? Everything counts but the sender's properties and
-    checkLedgerStillInUse (a joined message's ask is honoured by the decision it joins, see
-    ``_in_use_check_wanted``)."""
-    check, properties = decided.check_ledger_still_in_use, decided.properties
-    return replace(request, check_ledger_still_in_use=check, properties=properties) == decided
 
 
 def _ref_key(ref: MessageRef) -> str:

@@ -1,15 +1,19 @@
 """A held message whose workflow ended without acking it (the ack could not start in time while this process
 was alive) is settled by the ingest loop's sweeper: acked if the workflow completed, handed to a new run if
-it was terminated. Real Pulsar messages, real workflows."""
+it was terminated, or if it completed deciding another request than the message's. Real Pulsar messages, real
+workflows."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
+from dataclasses import replace
 
 import pulsar
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.contracts import DeletionInput, DeletionResult, MessageRef, Outcome
@@ -38,9 +42,9 @@ async def test_sweeper_settles_messages_of_ended_workflows(
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(3):
+    for i in range(4):
         producer.send(f"m{i}".encode())
-    held = [consumer.receive(timeout_millis=10_000) for _ in range(3)]
+    held = [consumer.receive(timeout_millis=10_000) for _ in range(4)]
     pending = messaging.PendingAcks()
     policy = deletion_policy(settings)
     # Acks of these workflows go to a queue nobody polls: they give up, as when Temporal was down too long.
@@ -57,7 +61,7 @@ async def test_sweeper_settles_messages_of_ended_workflows(
     completed, running, terminated = (request(new_ledger_id()) for _ in range(3))
     idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: that workflow stays running
     for message, req, queue in zip(
-        held,
+        held[:3],
         (completed, running, terminated),
         (settings.task_queue("workflow"), idle_queue, idle_queue),
         strict=True,
@@ -73,22 +77,37 @@ async def test_sweeper_settles_messages_of_ended_workflows(
             start_signal_args=[MessageRef(key, ingestor.ack_queue)],
         )
         pending.bind(key, messaging.Handoff(req.workflow_id, req, time.monotonic() - 1000))
+    # Another request for the completed run's ledger, which joined an earlier run of it that ended
+    # undecided (the run that completed never saw it): acking it would answer it with another's outcome.
+    other = replace(completed, topic_name="sweep/ns/another-topic")
+    other_key = str(held[3].message_id())
+    pending.hold(other_key, consumer, held[3].message_id())
+    pending.bind(other_key, messaging.Handoff(other.workflow_id, other, time.monotonic() - 1000))
     result: DeletionResult = await temporal_client.get_workflow_handle(
         completed.workflow_id, result_type=DeletionResult
     ).result()
     assert result.outcome is Outcome.ALREADY_DELETED and result.messages_unacked == 1  # its ack was given up
     await temporal_client.get_workflow_handle(terminated.workflow_id).terminate("operator")
+    completed_run = (await temporal_client.get_workflow_handle(completed.workflow_id).describe()).run_id
 
-    assert await ingestor.sweep(held_for=0) == 2  # completed: acked; terminated: handed to a new run
-    assert len(pending) == 2  # the running one and the re-submitted one are still held
+    # completed: acked; terminated, and the other request: handed to a new run
+    assert await ingestor.sweep(held_for=0) == 3
+    assert len(pending) == 3  # the running one and the two re-submitted ones are still held
+    rerun = temporal_client.get_workflow_handle(other.workflow_id)
+    assert (await rerun.describe()).run_id != completed_run  # a run of its own, started with its request
+    started = [e async for e in rerun.fetch_history_events()][0].workflow_execution_started_event_attributes
+    [rerun_input] = await temporal_client.data_converter.decode(list(started.input.payloads), [DeletionInput])
+    assert rerun_input.request == other
     restarted = await temporal_client.get_workflow_handle(terminated.workflow_id).describe()
     assert restarted.status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
     await temporal_client.get_workflow_handle(running.workflow_id).terminate("test cleanup")
+    with contextlib.suppress(RPCError):  # it may have completed already
+        await temporal_client.get_workflow_handle(other.workflow_id).terminate("test cleanup")
     consumer.close()
-    # Only the completed workflow's message was acked: the other two come back to a new consumer.
+    # Only the completed workflow's message was acked: the other three come back to a new consumer.
     again = client.subscribe(topic, "sweeper", consumer_type=pulsar.ConsumerType.Shared)
-    redelivered = sorted(again.receive(timeout_millis=10_000).data() for _ in range(2))
-    assert redelivered == [b"m1", b"m2"]
+    redelivered = sorted(again.receive(timeout_millis=10_000).data() for _ in range(3))
+    assert redelivered == [b"m1", b"m2", b"m3"]
     with pytest.raises(pulsar.Timeout):
         again.receive(timeout_millis=1500)
     client.close()
