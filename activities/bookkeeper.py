@@ -22,11 +22,13 @@ from ledger_deletion.contracts import (
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.managed_ledger import (
+    ledger_list_digest,
     parse_managed_ledger_info,
     parse_schema_locator,
     schema_ledger_ids,
 )
 from ledger_deletion.formats.offload_keys import offload_uuid
+from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
@@ -65,7 +67,7 @@ class BookKeeperActivities:
             schema_referenced, why = self._schema_references(inp.request.schema_id, inp.request.ledger_id)
             reason = why or reason
         if verdict is Verdict.MATCH and inp.check_bk_copy_released:
-            bk_copy_released, reason = self._bk_copy_released(inp.request)
+            bk_copy_released, reason = self._bk_copy_released(inp.request, inp.owner_listed_digest)
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
@@ -76,25 +78,16 @@ class BookKeeperActivities:
             bk_copy_released=bk_copy_released,
         )
 
-    def _bk_copy_released(self, request: PendingDeleteLedgerInfo) -> tuple[bool, str]:
+    def _bk_copy_released(self, request: PendingDeleteLedgerInfo, owner_digest: str) -> tuple[bool, str]:
         """Does the ledger's managed ledger say its BookKeeper copy is released (offload complete and
         ``bookkeeperDeleted``)? Anything else, unreadable included, keeps the copy."""
         if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
             return False, "only a data ledger has an offloaded copy"
+        entries, why_not = self._owner_entries(request, owner_digest)
         name = request.managed_ledger_name
-        data = self._pulsar_metadata.read_managed_ledger(name)
-        if data is None:
-            return False, f"no managed ledger {name} in Pulsar's metadata store"
-        try:
-            info = parse_managed_ledger_info(data)
-        except MetadataFormatError as exc:
-            return False, f"managed ledger {name} unreadable: {exc}"
-        for ledger in info.ledgerInfo:
-            if ledger.ledgerId == request.ledger_id and ledger.HasField("offloadContext"):
-                context = ledger.offloadContext
-                if context.complete and context.bookkeeperDeleted:
-                    return True, f"{name} reads it from tiered storage and released its BookKeeper copy"
-        return False, f"{name} has not released its BookKeeper copy"
+        if entries and all(_released(e) for e in entries):
+            return True, f"{name} reads it from tiered storage and released its BookKeeper copy"
+        return False, why_not or f"{name} has not released its BookKeeper copy"
 
     @activity.defn(name="check_offload_superseded")
     @translate_errors
@@ -103,35 +96,58 @@ class BookKeeperActivities:
 
         Each attempt writes a fresh uuid into the ledger's OffloadContext before it uploads, and the broker
         reads offloaded entries under the uuid stored there only; it sends the objects of the attempt it
-        replaced (a failed one) to be deleted while it still lists the ledger. A uuid, once replaced, never
-        comes back. Anything short of another classic uuid stored for the ledger (no entry, no uuid,
-        segments, unreadable) keeps the objects.
+        replaced (a failed one, never a complete one) to be deleted while it still lists the ledger. A uuid,
+        once replaced, never comes back. Only another classic uuid stored in every entry of the ledger, with
+        the requested uuid none of their segments, frees the objects; a request saying its offload was
+        complete, no entry, an entry without a uuid, unreadable metadata or a ledger list other than the
+        owner's keep them.
         """
         request = inp.request
         offload = request.context.offload_context if request.context else None
         if request.ledger_type is not LedgerType.OFFLOAD_LEDGER or offload is None or not offload.has_uid:
             return OffloadSupersededResult(False, "only a classic offload's uuid can be compared")
         requested = offload_uuid(offload.uid_msb, offload.uid_lsb)
+        if offload.complete:
+            return OffloadSupersededResult(
+                False, f"offload {requested} was complete: Pulsar never replaces it"
+            )
+        entries, why_not = self._owner_entries(request, inp.owner_listed_digest)
+        if not entries:
+            return OffloadSupersededResult(False, why_not)
+        name = request.managed_ledger_name
+        stored: set[str] = set()
+        for entry in entries:
+            context = entry.offloadContext
+            if not entry.HasField("offloadContext") or not (context.uidMsb or context.uidLsb):
+                return OffloadSupersededResult(False, f"{name} stores no offload uuid for it to compare")
+            stored.add(offload_uuid(context.uidMsb, context.uidLsb))
+            stored.update(offload_uuid(seg.uidMsb, seg.uidLsb) for seg in context.offloadSegment)
+        if requested in stored:
+            return OffloadSupersededResult(False, f"{name} stores offload {requested} for it")
+        return OffloadSupersededResult(
+            True, f"{name} stores offload {', '.join(sorted(stored))} for it, which replaced {requested}"
+        )
+
+    def _owner_entries(
+        self, request: PendingDeleteLedgerInfo, owner_digest: str
+    ) -> tuple[list[ml_pb.ManagedLedgerInfo.LedgerInfo], str]:
+        """The ledger's entries (more than one only in damaged metadata) in its ManagedLedgerInfo, read
+        from Pulsar's metadata store, or none and why. The store speaks for the topic only when its ledger
+        list is the one its owner broker reported (``owner_digest``; "" from runs before the comparison: not
+        compared): a wrong store (another cluster's copy, a restored snapshot) or a list that changed in
+        between is not trusted, and the workflow asks again after its grace timer."""
         name = request.managed_ledger_name
         data = self._pulsar_metadata.read_managed_ledger(name)
         if data is None:
-            return OffloadSupersededResult(False, f"no managed ledger {name} in Pulsar's metadata store")
+            return [], f"no managed ledger {name} in Pulsar's metadata store"
         try:
             info = parse_managed_ledger_info(data)
         except MetadataFormatError as exc:
-            return OffloadSupersededResult(False, f"managed ledger {name} unreadable: {exc}")
-        for ledger in info.ledgerInfo:
-            if ledger.ledgerId != request.ledger_id or not ledger.HasField("offloadContext"):
-                continue
-            stored = ledger.offloadContext
-            segments = {offload_uuid(s.uidMsb, s.uidLsb) for s in stored.offloadSegment}
-            if (stored.uidMsb or stored.uidLsb) and requested not in segments:
-                current = offload_uuid(stored.uidMsb, stored.uidLsb)
-                if current != requested:
-                    return OffloadSupersededResult(
-                        True, f"{name} stores offload {current} for it, which replaced {requested}"
-                    )
-        return OffloadSupersededResult(False, f"{name} stores offload {requested} for it, or none to compare")
+            return [], f"managed ledger {name} unreadable: {exc}"
+        if owner_digest and ledger_list_digest(e.ledgerId for e in info.ledgerInfo) != owner_digest:
+            return [], f"Pulsar's metadata store lists other ledgers for {name} than its owner broker"
+        entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
+        return entries, "" if entries else f"{name} does not list it"
 
     def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
         """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""
@@ -166,6 +182,11 @@ class BookKeeperActivities:
         return DeleteBkLedgerResult(
             DeleteBkLedgerStatus.DELETED if deleted else DeleteBkLedgerStatus.VERSION_CHANGED
         )
+
+
+def _released(entry: ml_pb.ManagedLedgerInfo.LedgerInfo) -> bool:
+    context = entry.offloadContext
+    return entry.HasField("offloadContext") and context.complete and context.bookkeeperDeleted
 
 
 def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[Verdict, str]:

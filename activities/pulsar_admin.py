@@ -5,13 +5,19 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities._boundary import translate_errors
-from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, completely_offloaded, ledgers_in_use
+from ledger_deletion.adapters.pulsar_admin import (
+    PulsarAdminClient,
+    completely_offloaded,
+    ledgers_in_use,
+    listed_ledgers,
+)
 from ledger_deletion.contracts import (
     AskOwnerBrokerInput,
     AskOwnerBrokerResult,
     CheckTopicInput,
     CheckTopicResult,
 )
+from ledger_deletion.formats.managed_ledger import ledger_list_digest
 
 
 class PulsarAdminActivities:
@@ -42,9 +48,11 @@ class PulsarAdminActivities:
                 return AskOwnerBrokerResult(in_use=False, topic_exists=False, owner_url=response.served_by)
         referenced = ledgers_in_use(response.body)
         where = referenced.get(inp.ledger_id, "")
+        listed = where == "ledgers"
         return AskOwnerBrokerResult(
             in_use=bool(where),
             referenced_as=where,
             owner_url=response.served_by,
-            offloaded=where == "ledgers" and inp.ledger_id in completely_offloaded(response.body),
+            offloaded=listed and inp.ledger_id in completely_offloaded(response.body),
+            listed_digest=ledger_list_digest(listed_ledgers(response.body)) if listed else "",
         )

@@ -165,6 +165,7 @@ class SimulatedCluster:
         segments: Mapping[int, int] | None = None,
         bookkeeper_deleted: Collection[int] = (),
         bk_copy_left: Collection[int] = (),
+        offload_failed: Collection[int] = (),
         entries: int = 100,
         entry_size: int = 1024,
         metadata_version: int = 3,
@@ -185,6 +186,8 @@ class SimulatedCluster:
                 no znode), as after ``managedLedgerOffloadDeletionLagMs``.
             bk_copy_left: of those, the ones whose BK copy is still there: the broker's own delete of it
                 failed after it stored ``bookkeeperDeleted``, and it never tries again.
+            offload_failed: offloaded ledgers whose (classic) attempt failed part-way: ``complete=false``,
+                its objects written; :meth:`replace_offload` starts the next attempt.
             metadata_version: BK ledger metadata format (2 = TextFormat, 3 = binary).
             compression: ManagedLedgerInfo compression (NONE, LZ4, ZLIB, ZSTD).
             partitions_of: this topic is a partition of that partitioned topic; its partitioned metadata
@@ -200,6 +203,8 @@ class SimulatedCluster:
         unknown = (set(offloaded) | set(segment_counts) | set(bookkeeper_deleted)) - set(ids)
         if unknown:
             raise ValueError(f"ledger(s) {sorted(unknown)} are not among the topic's ledgers")
+        if not set(offload_failed) <= set(offloaded) - set(bookkeeper_deleted):
+            raise ValueError("a failed offload is a classic one whose BK copy is still the one read")
         if not set(bk_copy_left) <= set(bookkeeper_deleted):
             raise ValueError("a BK copy left behind is one the broker marked bookkeeperDeleted")
         if partitions_of is not None:
@@ -225,6 +230,7 @@ class SimulatedCluster:
                         entries=entries,
                         bookkeeper_deleted=ledger_id in bookkeeper_deleted,
                         timestamp=created,
+                        complete=ledger_id not in offload_failed,
                     )
                 )
             if ledger_id not in bookkeeper_deleted or ledger_id in bk_copy_left:
@@ -255,6 +261,7 @@ class SimulatedCluster:
         entries: int,
         bookkeeper_deleted: bool,
         timestamp: int,
+        complete: bool = True,
     ) -> ml_pb.OffloadContext:
         driver = ml_pb.OffloadDriverMetadata(
             name=OFFLOAD_DRIVER,
@@ -267,7 +274,10 @@ class SimulatedCluster:
             ],
         )
         ctx = ml_pb.OffloadContext(
-            complete=True, bookkeeperDeleted=bookkeeper_deleted, timestamp=timestamp, driverMetadata=driver
+            complete=complete,
+            bookkeeperDeleted=bookkeeper_deleted,
+            timestamp=timestamp,
+            driverMetadata=driver,
         )
         if classic:
             ctx.uidMsb, ctx.uidLsb = java_uuid_parts(str(uuid.uuid4()))
@@ -312,14 +322,17 @@ class SimulatedCluster:
     def replace_offload(
         self, topic: str, ledger_id: int, *, complete: bool = False
     ) -> PendingDeleteLedgerInfo:
-        """A new offload attempt of an offloaded ledger (``ManagedLedgerImpl#prepareLedgerInfoForOffloaded``):
-        a fresh uuid (and its objects) stored for the ledger, ``complete`` once uploaded. Returns the request
-        the broker sends for the replaced attempt's objects ("Previous failed offload"), which stay in S3."""
+        """The next offload attempt of a ledger whose attempt failed (``offload_failed``;
+        ``ManagedLedgerImpl#prepareLedgerInfoForOffloaded``): a fresh uuid (and its objects) stored for the
+        ledger, ``complete`` once uploaded. Returns the request the broker sends for the replaced attempt's
+        objects ("Previous failed offload"), which stay in S3. Pulsar never replaces a complete offload."""
         name = _topic(topic)
         path = self._ml_path(name)
         data, stat = self.zk.get(path)
         info = parse_managed_ledger_info(data or b"")
         [stored] = [li for li in info.ledgerInfo if li.ledgerId == ledger_id]
+        if not stored.HasField("offloadContext") or stored.offloadContext.complete:
+            raise ValueError(f"ledger {ledger_id} has no failed offload attempt to replace")
         replaced = ledger_info_to_request_context(stored)
         new = self._offload(
             managed_ledger_name(name),

@@ -175,6 +175,10 @@ class AskOwnerBrokerResult:
     # Listed as a ledger whose offload is complete (internalStats ``offloaded``): the broker reads it from
     # tiered storage, so the listing alone does not show that its BookKeeper copy is in use.
     offloaded: bool = False
+    # When listed in ``ledgers``: the fingerprint of the owner's whole ledger list (formats.managed_ledger
+    # ``ledger_list_digest``). A ManagedLedgerInfo read from Pulsar's metadata store is trusted to speak for
+    # this topic only when its list gives the same: not another cluster's copy, not a stale snapshot.
+    listed_digest: str = ""
 
 
 class Verdict(StrEnum):
@@ -190,6 +194,9 @@ class VerifyBkMetadataInput:
     # Also read the ledger's entry in its ManagedLedgerInfo (Pulsar's metadata store): has the broker
     # released the BookKeeper copy of this offloaded ledger?
     check_bk_copy_released: bool = False
+    # The owner's ``listed_digest``: the ManagedLedgerInfo read must list the same ledgers ("" for runs from
+    # before it: not compared).
+    owner_listed_digest: str = ""
 
 
 @dataclass(frozen=True)
@@ -211,6 +218,7 @@ class VerifyBkMetadataResult:
 @dataclass(frozen=True)
 class OffloadSupersededInput:
     request: PendingDeleteLedgerInfo  # an OFFLOAD_LEDGER request whose ledger its topic still lists
+    owner_listed_digest: str = ""  # as in VerifyBkMetadataInput
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,16 @@ SOURCE_PROPERTY = "source"
 SOURCE = "reconcile"
 
 
+# The objects of a replaced offload attempt: their ledger is listed, only by one managed ledger (its entry,
+# its cursors' positions), and that entry stores another classic offload uuid. Each attempt stores a fresh
+# uuid before it uploads and the broker reads under the stored one only, so nothing reads these (a failed
+# attempt the broker's own cleanup missed). A ``candidate`` with a reason (see transform.py); the deletion
+# service checks the stored uuid again (``check_offload_superseded``) before it deletes. Its request says
+# the replaced offload was not complete: Pulsar replaces only a failed attempt, and the service refuses a
+# complete one.
+REPLACED_OFFLOAD_REASON = "replaced-offload-attempt"
+
+
 @dataclass(frozen=True)
 class Rejected:
     finding: Mapping[str, Any]
@@ -76,7 +86,7 @@ def request_for_finding(row: Mapping[str, Any]) -> PendingDeleteLedgerInfo:
             offload_context=OffloadContext(
                 uid_msb=msb,
                 uid_lsb=lsb,
-                complete=True,
+                complete=row.get("reason") != REPLACED_OFFLOAD_REASON,
                 driver_metadata=OffloadDriverMetadata(OFFLOAD_DRIVER, {BUCKET_PROPERTY: str(row["bucket"])}),
             ),
         )

@@ -46,6 +46,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from reconcile.candidates import REPLACED_OFFLOAD_REASON
 from reconcile.extract import OFFLOADED_BK_DELETED
 
 __all__ = [
@@ -189,12 +190,6 @@ OBJECTS_CONFLICT_REASON = "objects-owner-conflict"
 # failed, and the broker never tries again (it reads the ledger from tiered storage). Unlike every other
 # reason this one goes with ``candidate``: it says why a ledger still listed in the metadata is an orphan.
 BK_COPY_OF_OFFLOADED_REASON = "bk-copy-of-offloaded-ledger"
-# The objects of a replaced offload attempt: their ledger is listed, only by one managed ledger (its entry,
-# its cursors' positions), and that entry stores another classic offload uuid. Each attempt stores a fresh
-# uuid before it uploads and the broker reads under the stored one only, so nothing reads these (a failed
-# attempt the broker's own cleanup missed). A ``candidate`` with a reason, as above; the deletion service
-# checks the stored uuid again (``check_offload_superseded``) before it deletes.
-REPLACED_OFFLOAD_REASON = "replaced-offload-attempt"
 # What may reference the ledger id of such objects: the managed ledger's own entry and positions in it.
 _REPLACED_OFFLOAD_REFERENCE_KINDS = ("data", OFFLOADED_BK_DELETED, "position", "terminated")
 # Such a BK ledger whose tags do not say it is that managed ledger's data (another owner, another

@@ -218,11 +218,16 @@ class LedgerDeletionWorkflow:
         )
 
     async def _verify(
-        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, *, check_bk_copy_released: bool = False
+        self,
+        req: PendingDeleteLedgerInfo,
+        policy: DeletionPolicy,
+        *,
+        check_bk_copy_released: bool = False,
+        owner_listed_digest: str = "",
     ) -> VerifyBkMetadataResult:
         return await self._activity(
             Step.VERIFY_BK_METADATA,
-            VerifyBkMetadataInput(req, check_bk_copy_released=check_bk_copy_released),
+            VerifyBkMetadataInput(req, check_bk_copy_released, owner_listed_digest),
             VerifyBkMetadataResult,
             policy.bookkeeper_queue,
             policy,
@@ -268,15 +273,18 @@ class LedgerDeletionWorkflow:
             and self._patched(DELETE_RELEASED_BK_COPY)
         ):
             return False
-        released = await self._verify(req, policy, check_bk_copy_released=True)
+        released = await self._verify(
+            req, policy, check_bk_copy_released=True, owner_listed_digest=answer.listed_digest
+        )
         return released.verdict is Verdict.MATCH and released.bk_copy_released
 
     async def _offload_superseded(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, answer: AskOwnerBrokerResult
     ) -> bool:
-        """Does the owner list the ledger under another offload than the request's? A broker that replaces
-        a failed offload attempt sends that attempt's objects here while it still lists the ledger, now under
-        the new attempt's uuid; those objects are read by nothing. Only for a classic offload (one uuid per
+        """The owner lists the ledger: does its ManagedLedgerInfo (read from Pulsar's metadata store, with the
+        owner's ledger list) store another offload uuid than the request's? A broker that replaces a failed
+        offload attempt sends that attempt's objects here while it still lists the ledger, now under the new
+        attempt's uuid; those objects are read by nothing. Only for a classic offload (one uuid per
         ledger); runs from before this check replay without it."""
         offload = req.context.offload_context if req.context else None
         if not (
@@ -289,7 +297,7 @@ class LedgerDeletionWorkflow:
             return False
         checked = await self._activity(
             Step.CHECK_OFFLOAD_SUPERSEDED,
-            OffloadSupersededInput(req),
+            OffloadSupersededInput(req, answer.listed_digest),
             OffloadSupersededResult,
             policy.bookkeeper_queue,
             policy,

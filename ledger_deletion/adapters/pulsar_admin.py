@@ -178,6 +178,11 @@ def completely_offloaded(stats: dict[str, Any]) -> set[int]:
     }
 
 
+def listed_ledgers(stats: dict[str, Any]) -> list[int]:
+    """The topic's own ledger list in internalStats (``ledgers``), as ids."""
+    return [int(ledger["ledgerId"]) for ledger in stats.get("ledgers") or []]
+
+
 def ledgers_in_use(stats: object) -> dict[int, str]:
     """Every ledger the owner broker references, with what references it.
 

@@ -15,9 +15,11 @@ codec exception: a caller must be able to tell "the record says X" from "we coul
 
 from __future__ import annotations
 
+import hashlib
 import re
 import struct
 import zlib
+from collections.abc import Iterable
 from typing import Final, TypeVar
 
 import lz4.block
@@ -80,6 +82,14 @@ _InfoMetadata = ml_pb.ManagedLedgerInfoMetadata | ml_pb.ManagedCursorInfoMetadat
 # ---------------------------------------------------------------------------------------------------------
 # ManagedLedgerInfo / ManagedCursorInfo (optionally compressed)
 # ---------------------------------------------------------------------------------------------------------
+
+
+def ledger_list_digest(ledger_ids: Iterable[int]) -> str:
+    """A short fingerprint of a topic's ledger list (the ids, in any order): the owner broker's
+    internalStats ``ledgers`` and a ManagedLedgerInfo's ``ledgerInfo`` give the same one when they describe
+    the same managed ledger at the same time."""
+    listed = ",".join(str(i) for i in sorted(set(ledger_ids)))
+    return hashlib.sha256(listed.encode()).hexdigest()[:32]
 
 
 def parse_managed_ledger_info(data: bytes) -> ml_pb.ManagedLedgerInfo:

@@ -41,6 +41,7 @@ from ledger_deletion.formats.bk_metadata import (
     schema_custom_metadata,
 )
 from ledger_deletion.formats.bk_paths import ledger_path
+from ledger_deletion.formats.managed_ledger import ledger_list_digest
 from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid, segment_object_keys
 from ledger_deletion.request import (
     LedgerComponent,
@@ -297,6 +298,13 @@ async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, st
     answer = ask(released)
     assert (answer.verdict, answer.bk_copy_released) == (Verdict.MATCH, True)
     assert "released its BookKeeper copy" in answer.reason
+    owner = ledger_list_digest([released, within_lag, current])
+    released_req = request(released, topic_name=topic.name)
+    for digest, expected in ((owner, True), (ledger_list_digest([released, current]), False)):
+        checked = ActivityEnvironment().run(
+            bk.verify_bk_metadata, VerifyBkMetadataInput(released_req, True, owner_listed_digest=digest)
+        )
+        assert checked.bk_copy_released is expected  # a store listing other ledgers than the owner: kept
     assert ask(within_lag).bk_copy_released is False
     assert ask(current).bk_copy_released is False
     assert verify(bk, request(released, topic_name=topic.name)).bk_copy_released is False  # not asked
@@ -315,6 +323,7 @@ async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(bk, zk
         f"acts/ns-{uuid.uuid4().hex[:6]}/reoffloaded",
         [reoffloaded, offloaded, current],
         offloaded=[reoffloaded, offloaded],
+        offload_failed=[reoffloaded],
     )
     replaced = cluster.replace_offload(topic.name, reoffloaded)
     stored = {
@@ -323,16 +332,40 @@ async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(bk, zk
         if r.context and r.ledger_type is LedgerType.OFFLOAD_LEDGER
     }
 
-    def ask(req: PendingDeleteLedgerInfo) -> Any:
-        return ActivityEnvironment().run(bk.check_offload_superseded, OffloadSupersededInput(req))
+    owner = ledger_list_digest([reoffloaded, offloaded, current])  # what its owner broker lists
+
+    def ask(req: PendingDeleteLedgerInfo, owner_digest: str = owner) -> Any:
+        return ActivityEnvironment().run(
+            bk.check_offload_superseded, OffloadSupersededInput(req, owner_digest)
+        )
 
     answer = ask(replaced)
     assert answer.superseded is True and "replaced" in answer.reason
+    assert ask(replaced, owner_digest="").superseded is True  # runs from before the comparison
     assert ask(stored[reoffloaded]).superseded is False  # the uuid it stores now
     assert ask(stored[offloaded]).superseded is False
     assert ask(replace(stored[offloaded], ledger_type=LedgerType.LEDGER)).superseded is False
     assert ask(replace(replaced, topic_name=f"{topic.name}-gone")).superseded is False  # no managed ledger
-    zk.set(f"/managed-ledgers/{topic.managed_ledger_name}", b"\xff\x01 not protobuf")
+    # A store whose list is not the owner's (another cluster's copy, a snapshot, a rollover in between).
+    answer = ask(replaced, owner_digest=ledger_list_digest([reoffloaded, current]))
+    assert answer.superseded is False and "other ledgers" in answer.reason
+    # Pulsar never replaces a complete offload: such a request is never taken as a replaced attempt.
+    assert replaced.context is not None and replaced.context.offload_context is not None
+    done = replace(replaced.context.offload_context, complete=True)
+    completed = replace(replaced, context=replace(replaced.context, offload_context=done))
+    assert ask(completed).superseded is False
+    # Damaged metadata listing the ledger twice, once under the requested uuid: that one may be read.
+    path = f"/managed-ledgers/{topic.managed_ledger_name}"
+    info = ml.parse_managed_ledger_info(zk.get(path)[0])
+    twice = info.ledgerInfo.add()
+    twice.CopyFrom(next(e for e in info.ledgerInfo if e.ledgerId == reoffloaded))
+    twice.offloadContext.uidMsb, twice.offloadContext.uidLsb = (
+        replaced.context.offload_context.uid_msb,
+        replaced.context.offload_context.uid_lsb,
+    )
+    zk.set(path, ml.serialize_managed_ledger_info(info))
+    assert ask(replaced).superseded is False
+    zk.set(path, b"\xff\x01 not protobuf")
     answer = ask(replaced)
     assert answer.superseded is False and "unreadable" in answer.reason
 
@@ -553,8 +586,11 @@ async def test_admin_activities_follow_the_owner_redirect(stack, zk, new_ledger_
     for topic, owner in ((local_a, stack.pulsar_admin_url), (remote_b, stack.pulsar_admin_owner_url)):
         in_use = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, l2))
         assert in_use.in_use and in_use.referenced_as == "ledgers" and in_use.owner_url == owner
+        # The owner's ledger list, for a ManagedLedgerInfo read elsewhere to be compared with.
+        assert in_use.listed_digest == ledger_list_digest([l2, l1])
         cursor_use = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, cursor))
         assert cursor_use.in_use and cursor_use.referenced_as == "cursor:sub"
+        assert cursor_use.listed_digest == ""  # only a listed ledger's answer carries it
         free = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, new_ledger_id()))
         assert not free.in_use
     gone = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(f"{namespace}/missing", l1))

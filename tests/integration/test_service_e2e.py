@@ -229,7 +229,10 @@ async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_and_the_cur
     cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     ledger_id, current = cluster.new_ledger_ids(2)
     topic = cluster.create_topic(
-        f"e2e/ns-{uuid.uuid4().hex[:6]}/reoffloaded", [ledger_id, current], offloaded=[ledger_id]
+        f"e2e/ns-{uuid.uuid4().hex[:6]}/reoffloaded",
+        [ledger_id, current],
+        offloaded=[ledger_id],
+        offload_failed=[ledger_id],
     )
     replaced = cluster.replace_offload(topic.name, ledger_id, complete=False)
     [stored] = [

@@ -122,12 +122,17 @@ def test_candidates_are_exactly_the_orphans(cluster: dict[str, Any], result: Any
     }
 
 
-def test_requests_carry_owner_and_context(result: Any) -> None:
+def test_requests_carry_owner_and_context(cluster: dict[str, Any], result: Any) -> None:
+    replaced = cluster["truth"].replaced_offloads
     for request in result.requests:
         assert request.check_ledger_still_in_use is True
         if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
             ctx = request.context.offload_context
             assert ctx.driver_metadata.name == "aws-s3" and ctx.driver_metadata.properties["bucket"]
+            # A replaced attempt was a failed one: its request says so, as the broker's would.
+            assert ctx.complete is (
+                (offload_uuid(ctx.uid_msb, ctx.uid_lsb), request.ledger_id) not in replaced
+            )
             assert request.context.ledger_id == request.ledger_id
         elif request.ledger_component.value == "MANAGED_CURSOR":
             assert request.cursor_name

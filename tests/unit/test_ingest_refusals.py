@@ -56,7 +56,7 @@ class _CompletedRuns:
     """Temporal as the sweeper sees it: every run it asks about has completed."""
 
     def get_workflow_handle(self, workflow_id: str) -> Any:
-        description = SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED)
+        description = SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED, run_id="run-1")
         return SimpleNamespace(describe=AsyncMock(return_value=description))
 
 
@@ -77,5 +77,6 @@ async def test_one_failing_ack_does_not_stop_the_sweep_of_the_others() -> None:
         ack_queue="acks",
         system_topic="persistent://pulsar/system/__ledger_deletion",
     )
+    ingestor._decided_by = AsyncMock(return_value=True)  # type: ignore[method-assign]  # each run had it as input
     assert await ingestor.sweep(held_for=0) == 1
     assert working.acked == 1 and len(pending) == 1  # the failing one is left for the next sweep
