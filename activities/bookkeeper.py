@@ -133,9 +133,10 @@ class BookKeeperActivities:
     ) -> tuple[list[ml_pb.ManagedLedgerInfo.LedgerInfo], str]:
         """The ledger's entries (more than one only in damaged metadata) in its ManagedLedgerInfo, read
         from Pulsar's metadata store, or none and why. The store speaks for the topic only when its ledger
-        list is the one its owner broker reported (``owner_digest``; "" from runs before the comparison: not
-        compared): a wrong store (another cluster's copy, a restored snapshot) or a list that changed in
-        between is not trusted, and the workflow asks again after its grace timer."""
+        list is the one its owner broker reported (``owner_digest``; "" from a pulsar pool older than the
+        comparison: not trusted): a wrong store (another cluster's copy, a restored snapshot) or a list that
+        changed in between is not trusted, and the workflow asks again after its grace timer (after the
+        last one the objects are kept; reconcile finds them later)."""
         name = request.managed_ledger_name
         data = self._pulsar_metadata.read_managed_ledger(name)
         if data is None:
@@ -144,7 +145,7 @@ class BookKeeperActivities:
             info = parse_managed_ledger_info(data)
         except MetadataFormatError as exc:
             return [], f"managed ledger {name} unreadable: {exc}"
-        if owner_digest and ledger_list_digest(e.ledgerId for e in info.ledgerInfo) != owner_digest:
+        if ledger_list_digest(e.ledgerId for e in info.ledgerInfo) != owner_digest:
             return [], f"Pulsar's metadata store lists other ledgers for {name} than its owner broker"
         entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
         return entries, "" if entries else f"{name} does not list it"

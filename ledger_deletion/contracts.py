@@ -132,6 +132,8 @@ class DeletionResult:
     # context), each was decided on its own: every decision, the run's own first. The fields above then
     # describe the weightiest of them (see the workflow's _weightiest). Empty for a run with one request.
     decisions: list[Decision] = field(default_factory=list)
+    # Joined requests past the workflow's MAX_JOINED_DECISIONS: dead-lettered undecided (step ``join``).
+    joined_dead_lettered: int = 0
 
 
 @dataclass(frozen=True)
@@ -194,8 +196,8 @@ class VerifyBkMetadataInput:
     # Also read the ledger's entry in its ManagedLedgerInfo (Pulsar's metadata store): has the broker
     # released the BookKeeper copy of this offloaded ledger?
     check_bk_copy_released: bool = False
-    # The owner's ``listed_digest``: the ManagedLedgerInfo read must list the same ledgers ("" for runs from
-    # before it: not compared).
+    # The owner's ``listed_digest``: the ManagedLedgerInfo read must list the same ledgers ("", from a pulsar
+    # pool older than the comparison: not trusted, the copy is kept).
     owner_listed_digest: str = ""
 
 

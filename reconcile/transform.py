@@ -244,9 +244,13 @@ def replaced_offload_owners(references: DataFrame, contexts: DataFrame) -> DataF
         .groupBy("ledger_id")
         .agg(
             F.countDistinct("owner").alias("_ref_owners"),
-            F.min(F.col("kind").isin(*_REPLACED_OFFLOAD_REFERENCE_KINDS).cast(IntegerType())).alias(
-                "_kinds_ok"
-            ),
+            # A null kind or owner counts as another reference: it keeps the objects.
+            F.min(
+                F.coalesce(F.col("kind").isin(*_REPLACED_OFFLOAD_REFERENCE_KINDS), F.lit(False))
+                & F.col("owner").isNotNull()
+            )
+            .cast(IntegerType())
+            .alias("_kinds_ok"),
             F.max(F.col("kind").isin("data", OFFLOADED_BK_DELETED).cast(IntegerType())).alias("_listed"),
             F.first("owner").alias("managed_ledger"),
         )

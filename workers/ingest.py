@@ -294,6 +294,9 @@ class Ingestor:
                 except RPCError as exc:
                     log.debug("sweep: cannot read the input of %s: %s", handoff.workflow_id, exc)
                     continue
+                except Exception:  # an input that does not decode: no reason to stop sweeping the others
+                    log.exception("sweep: cannot read the input of %s; next sweep", handoff.workflow_id)
+                    continue
                 if decided:
                     try:
                         acked, _ = await asyncio.to_thread(self.pending.ack, [key])
@@ -359,6 +362,8 @@ class Ingestor:
                     log.info("settled %d held message(s) whose workflow could not ack them", settled)
             except LedgerDeletionError as exc:  # an ack that failed now is retried on the next sweep
                 log.warning("sweep failed: %s", exc)
+            except Exception:  # a bug must not end the sweeps: every held message waits on them
+                log.exception("sweep failed; next sweep in %.0f s", interval)
 
     async def _start_or_join(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> None:
         """Start the ledger's workflow with this message, or signal the message to the run already going.

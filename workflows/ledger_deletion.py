@@ -64,8 +64,10 @@ DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026
 DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
 DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
-# Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable), so
-# a flood of distinct requests for one ledger id cannot grow a run's history without bound.
+# Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
+# a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
+# decision. A flood long enough reaches Temporal's history limit; the run is then terminated and the
+# sweeper hands its held messages to a new run.
 MAX_JOINED_DECISIONS = 10
 JOIN_STEP = "join"  # the failed step of a joined request dead-lettered undecided
 
@@ -135,11 +137,13 @@ class LedgerDeletionWorkflow:
             _publish_outcome(own.outcome, own.failed_step)
         unacked = await self._ack_all(policy)
         self._step = Step.DONE
-        decisions = [decision for _, decision in self._decided]
-        final = _weightiest(decisions)
+        everything = [decision for _, decision in self._decided]
+        final = _weightiest(everything)
         # Joined decisions may have upserted DeletionStep (waiting) after an early publish: publish again.
-        if inp.outcome_with_completion or len(decisions) > 1:
+        if inp.outcome_with_completion or len(everything) > 1:
             _publish_outcome(final.outcome, final.failed_step)
+        # Requests dead-lettered past the limit are counted, not listed: the result stays small.
+        decisions = [d for d in everything if d.failed_step != JOIN_STEP]
         return DeletionResult(
             outcome=final.outcome,
             ledger_id=request.ledger_id,
@@ -149,7 +153,8 @@ class LedgerDeletionWorkflow:
             messages_acked=self._acked,
             messages_unacked=unacked,
             deleted_keys=final.deleted_keys,
-            decisions=decisions if len(decisions) > 1 else [],
+            decisions=decisions if len(everything) > 1 else [],
+            joined_dead_lettered=len(everything) - len(decisions),
         )
 
     async def _decide(self, request: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> Decision:

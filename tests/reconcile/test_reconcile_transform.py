@@ -502,6 +502,8 @@ def test_objects_of_a_replaced_offload_attempt_are_candidates_with_their_reason(
             (74, "data", ML, None),  # listed without any offload context: kept
             (75, "data", ML, None),  # replaced, but the objects name another managed ledger: kept
             (76, "data", ML, None),  # replaced, but too young
+            (77, "data", ML, None),  # a reference of unknown kind beside it: kept
+            (77, None, ML, None),
         ],
         ctxs=[
             (70, UUID_A, "ledger", ML, "b", False),  # the new attempt, still uploading
@@ -510,14 +512,15 @@ def test_objects_of_a_replaced_offload_attempt_are_candidates_with_their_reason(
             (73, UUID_A, "segment", ML, "b", True),
             (75, UUID_A, "ledger", ML, "b", True),
             (76, UUID_A, "ledger", ML, "b", True),
+            (77, UUID_A, "ledger", ML, "b", True),
         ],
         objs=[("b", f"{UUID_A}-ledger-70", 10, OLD)]  # the stored attempt's own objects: not a finding
         + [("b", f"{UUID_C}-ledger-{i}", 10, OLD) for i in range(70, 76)]
-        + [("b", f"{UUID_C}-ledger-76", 10, YOUNG)],
+        + [("b", f"{UUID_C}-ledger-76", 10, YOUNG), ("b", f"{UUID_C}-ledger-77", 10, OLD)],
     )
     raw = T.offload_findings(objs, refs, ctxs, cutoff_ms=CUTOFF)
     owners = spark.createDataFrame(
-        [("b", UUID_C, i, other if i == 75 else ML, False, False) for i in range(70, 77)],
+        [("b", UUID_C, i, other if i == 75 else ML, False, False) for i in range(70, 78)],
         T.OFFLOAD_OWNERS_SCHEMA,
     )
     got = {
@@ -534,6 +537,7 @@ def test_objects_of_a_replaced_offload_attempt_are_candidates_with_their_reason(
         74: kept,
         75: kept,
         76: ("excluded", "too-young", UUID_C),
+        77: kept,
     }
     candidate = T.attach_offload_owners(raw, owners, bk, refs).where(F.col("ledger_id") == 70).first()
     assert candidate is not None and candidate["topic_name"] == "public/default/orders-partition-1"

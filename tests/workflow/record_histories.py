@@ -7,12 +7,13 @@ a version race; ``joined-*``: a joined message asks for the in-use check the fir
 ``joined_asks_check`` only; ``unpatched_join-*``: the same case recorded by the code before, which ignored
 that ask, and has no patch marker; ``released-*`` and ``unpatched_release-*``: ``released_bk_copy`` with and
 without the check that the broker released an offloaded ledger's BookKeeper copy; ``joined_request-*``:
-``joined_other_request``, a joined message whose request is not the run's, decided on its own;
-``unpatched_request-*``: the same case recorded by the code before, which acked it with the run's outcome;
-``superseded-*`` and ``unpatched_supersede-*``: ``superseded_offload``, the objects of a replaced offload
-attempt, with and without the check of the uuid the managed ledger stores). When the workflow changes what a
-run does, guard the change (a new input field with a default, or ``workflow.patched()``) and record the new
-shape under a new prefix, keeping the old files: those runs may still be open in production.
+``joined_other_request``, a joined message whose request is not the run's, decided on its own (recorded on
+c234001; the shape of joined decisions was revised, in e4fb492, before any of it landed, so no run of the
+earlier shape exists); ``unpatched_request-*``: the same case recorded by the code before, which acked it with
+the run's outcome; ``superseded-*`` and ``unpatched_supersede-*``: ``superseded_offload``, the objects of a
+replaced offload attempt, with and without the check of the uuid the managed ledger stores). When the workflow
+changes what a run does, guard the change (a new input field with a default, or ``workflow.patched()``) and
+record the new shape under a new prefix, keeping the old files: those runs may still be open in production.
 """
 
 from __future__ import annotations
