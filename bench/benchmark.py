@@ -66,7 +66,7 @@ def parse_replicas(text: str) -> dict[str, int]:
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
-    stack = Stack(args.state_dir, bench_ports(args.port_base))
+    stack = Stack(args.state_dir, bench_ports(args.port_base, args.server_metrics))
     if not args.keep_state:
         # Every run on an empty Temporal database: a database grown by earlier runs (800 MB after a dozen)
         # makes each write dearer and the numbers drift from run to run.
@@ -251,6 +251,12 @@ def main() -> None:
         "--pin-server",
         action="store_true",
         help="Temporal server alone on CPU 0, everything else on CPU 1 (server-bound A/C)",
+    )
+    parser.add_argument(
+        "--server-metrics",
+        action="store_true",
+        help="turn on the Temporal server's Prometheus endpoint and print what it did per deletion and per "
+        "trivial workflow (requests, tasks, state transitions); off by default, as it costs the server CPU",
     )
     parser.add_argument(
         "--keep-state", action="store_true", help="reuse the stack's databases instead of starting empty"

@@ -15,9 +15,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from google.protobuf.duration_pb2 import Duration
 from pydantic import TypeAdapter
+from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from bench.faults import FAULT_RATE_ENV
 from bench.mix import Seeded
@@ -31,7 +34,7 @@ from bench.processes import (
     usage,
     wait_for_line,
 )
-from bench.trivial import TRIVIAL_WORKFLOW
+from bench.trivial import TRIVIAL_WORKFLOW, TrivialInput
 from bench.worker import CONSUMER_OFFSET_ENV
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable
@@ -214,10 +217,12 @@ async def closed_workflows(client: Client, task_queue: str) -> list[Closed]:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a workflow asked of the server: activities scheduled, and how many of them in the first round."""
+    """What a workflow asked of the server: activities scheduled, how many of them in the first round, and
+    each one's [start-to-close, schedule-to-start] timeouts in seconds (0: none)."""
 
     activities: int
     first_round: int
+    timeouts: tuple[tuple[float, float], ...] = ()
 
 
 async def history_sample(client: Client, ids: Iterable[str]) -> tuple[list[Shape], Counter[str]]:
@@ -228,14 +233,28 @@ async def history_sample(client: Client, ids: Iterable[str]) -> tuple[list[Shape
         history = await client.get_workflow_handle(workflow_id).fetch_history()
         names = [event.WhichOneof("attributes") or "" for event in history.events]
         kinds.update(names)
-        # Activities scheduled by the same workflow task completion form one round.
-        rounds = [
-            event.activity_task_scheduled_event_attributes.workflow_task_completed_event_id
+        scheduled = [
+            event.activity_task_scheduled_event_attributes
             for event in history.events
             if event.HasField("activity_task_scheduled_event_attributes")
         ]
-        shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0))
+        # Activities scheduled by the same workflow task completion form one round.
+        rounds = [attributes.workflow_task_completed_event_id for attributes in scheduled]
+        timeouts = tuple(
+            (_seconds(attributes.start_to_close_timeout), _seconds(attributes.schedule_to_start_timeout))
+            for attributes in scheduled
+        )
+        shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0, timeouts))
     return shapes, kinds
+
+
+def _seconds(duration: Duration) -> float:
+    """A timeout of an activity's scheduled event; 0 when the server recorded none (unset or unbounded)."""
+    seconds = duration.ToTimedelta().total_seconds()
+    return seconds if 0 < seconds <= _TIMEOUT_BOUND_SECONDS else 0.0
+
+
+_TIMEOUT_BOUND_SECONDS = 24 * 3600.0
 
 
 def start_pools(
@@ -281,6 +300,7 @@ class AResult:
     storage_problems: list[str] = field(default_factory=list)
     procs: dict[str, dict[str, float]] = field(default_factory=dict)
     servers_cpu: dict[str, float] = field(default_factory=dict)
+    server_work: dict[str, float] = field(default_factory=dict)  # --server-metrics: the server's counts
     event_kinds: dict[str, int] = field(default_factory=dict)
     head_seconds: float = 0.0  # publish of the first request to the first close
     tail_seconds: float = 0.0  # the 95th percentile close to the last
@@ -316,6 +336,7 @@ async def run_a(
             proc.sample()
         published = join()
         servers = stack_procs.cpu() if stack_procs else {}
+        work = stack_procs.work(len(seeded.items)) if stack_procs else {}
     finally:
         for proc in procs:
             proc.stop()
@@ -349,6 +370,7 @@ async def run_a(
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
         procs=usage(procs),
         servers_cpu=servers,
+        server_work=work,
         head_seconds=in_order[0].close - began,
         tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1].close,
     )
@@ -462,6 +484,7 @@ class CResult:
     servers_cpu: dict[str, float]
     head_seconds: float = 0.0
     tail_seconds: float = 0.0
+    server_work: dict[str, float] = field(default_factory=dict)
 
 
 async def run_c(
@@ -492,6 +515,25 @@ async def run_c(
         )
         for role in roles
     ]
+    # As A's pulsar pool acks in the process that started the run, the starter runs every workflow's last
+    # activity on a queue of its own: that frees the workflow's slot, as an ack frees a message's.
+    starter_queue = f"{queue}-starter"
+    finished: dict[str, asyncio.Event] = {}
+
+    @activity.defn(name="noop")
+    async def finish(step: int) -> int:
+        done = finished.get(activity.info().workflow_id or "")
+        if done is not None:
+            done.set()
+        return step
+
+    starter = Worker(
+        run.client,
+        task_queue=starter_queue,
+        activities=[finish],
+        max_concurrent_activities=64,
+        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(int(run.pollers("activity"))),
+    )
     try:
         for proc in procs:
             wait_for_line(proc, "worker running")
@@ -501,24 +543,34 @@ async def run_c(
         starting, running = asyncio.Semaphore(32), asyncio.Semaphore(run.inflight)
 
         async def start(index: int) -> None:
-            # As the ingest loop: at most 32 starts at a time, at most ``inflight`` workflows not closed.
+            # As the ingest loop: at most 32 starts at a time, at most ``inflight`` workflows not finished.
             shape = shapes[index % len(shapes)]
+            workflow_id = f"{queue}/{index}"
+            finished[workflow_id] = asyncio.Event()
             async with running:
                 async with starting:
-                    handle = await run.client.start_workflow(
+                    await run.client.start_workflow(
                         TRIVIAL_WORKFLOW,
-                        args=[shape.activities, activity_queue, shape.first_round],
-                        id=f"{queue}/{index}",
+                        TrivialInput(
+                            shape.activities,
+                            activity_queue,
+                            shape.first_round,
+                            [list(pair) for pair in shape.timeouts],
+                            starter_queue,
+                        ),
+                        id=workflow_id,
                         task_queue=queue,
                     )
-                await handle.result()
+                await finished[workflow_id].wait()
 
-        starts = asyncio.gather(*(start(i) for i in range(n)))
-        await wait_closed(run.client, queue, n, timeout, "C")
-        await starts
+        async with starter:
+            starts = asyncio.gather(*(start(i) for i in range(n)))
+            await wait_closed(run.client, queue, n, timeout, "C")
+            await starts
         for proc in procs:
             proc.sample()
         servers = stack_procs.cpu()
+        work = stack_procs.work(n)
     finally:
         for proc in procs:
             proc.stop()
@@ -535,6 +587,7 @@ async def run_c(
         steady_rate=steady_rate([c.close for c in closed]),
         procs=usage(procs),
         servers_cpu=servers,
+        server_work=work,
         head_seconds=in_order[0] - began,
         tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1],
     )

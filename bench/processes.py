@@ -8,12 +8,13 @@ import contextlib
 import os
 import subprocess
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench import server_profile
+from bench import server_metrics, server_profile
 from devstack.faults import ServiceControl
-from devstack.stack import SERVICES, Stack, StackPorts
+from devstack.stack import HOST, SERVICES, Stack, StackPorts
 
 ROOT = Path(__file__).resolve().parent.parent
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -106,6 +107,8 @@ class StackProcs:
     start: dict[str, float] = field(default_factory=dict)
     profile_dir: Path | None = None  # --profile-server: one perf recording of the Temporal server per phase
     recording: subprocess.Popen[bytes] | None = None
+    metrics_url: str | None = None  # --server-metrics: the Temporal server's Prometheus endpoint
+    counted: Counter[str] = field(default_factory=Counter)
 
     @classmethod
     def of(cls, stack: Stack, profile_dir: Path | None = None) -> StackProcs:
@@ -113,10 +116,14 @@ class StackProcs:
         for service in SERVICES:
             with contextlib.suppress(OSError, ValueError):
                 pids[service] = int((stack.state_dir / "run" / f"{service}.pid").read_text())
-        return cls(pids, profile_dir=profile_dir)
+        port = stack.ports.temporal_metrics
+        metrics_url = f"http://{HOST}:{port}/metrics" if port else None
+        return cls(pids, profile_dir=profile_dir, metrics_url=metrics_url)
 
     def mark(self, phase: str) -> None:
         self.start = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        if self.metrics_url:
+            self.counted = server_metrics.scrape(self.metrics_url)
         if self.profile_dir is not None and "temporal" in self.pids:
             self.recording = server_profile.record(self.pids["temporal"], self.profile_dir / f"{phase}.data")
 
@@ -126,12 +133,20 @@ class StackProcs:
             self.recording = None
         return {name: round(cpu_seconds(pid) - self.start.get(name, 0), 1) for name, pid in self.pids.items()}
 
+    def work(self, items: int) -> dict[str, float]:
+        """What the Temporal server counted since ``mark``, per item; empty without ``--server-metrics``.
+        Call it once the phase's visibility writes, which trail the closes, have landed."""
+        if not self.metrics_url:
+            return {}
+        return server_metrics.per_item(self.counted, server_metrics.scrape(self.metrics_url), items)
+
 
 # --- the benchmark stack: its ports, the Temporal server's placement -------------------------------------
 
 
-def bench_ports(base: int = 23000) -> StackPorts:
-    """The benchmark stack's ports: ``base`` + the default ports' last three digits (23233, 23650 …)."""
+def bench_ports(base: int = 23000, server_metrics: bool = False) -> StackPorts:
+    """The benchmark stack's ports: ``base`` + the default ports' last three digits (23233, 23650 …); with
+    ``server_metrics``, the Temporal server's Prometheus endpoint on ``base`` + 235."""
     return StackPorts(
         temporal=base + 233,
         temporal_ui=base + 234,
@@ -140,6 +155,7 @@ def bench_ports(base: int = 23000) -> StackPorts:
         s3=base + 900,
         admin=base + 80,
         admin_owner=base + 81,
+        temporal_metrics=base + 235 if server_metrics else 0,
     )
 
 

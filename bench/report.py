@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.phases import AResult, CResult
+from bench.server_metrics import totals
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Round:
     a_tail_s: float = math.nan
     c_head_s: float = math.nan
     c_tail_s: float = math.nan
+    # --server-metrics: the server's counts per deletion and per trivial workflow, summed by metric.
+    a_server_work: dict[str, float] = field(default_factory=dict)
+    c_server_work: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def of(cls, a: AResult, c: CResult) -> Round:
@@ -49,6 +53,8 @@ class Round:
             a_tail_s=a.tail_seconds,
             c_head_s=c.head_seconds,
             c_tail_s=c.tail_seconds,
+            a_server_work=totals(a.server_work),
+            c_server_work=totals(c.server_work),
         )
 
 
@@ -64,6 +70,19 @@ def a_over_c(report: dict[str, Any]) -> float:
         return float(statistics.median(r["ratio"] for r in rounds))
     c = report.get("C")
     return report["A"]["rate"] / c["rate"] if c else float("nan")
+
+
+def server_work_lines(a: dict[str, float], c: dict[str, float], top: int = 12) -> list[str]:
+    """``--server-metrics``: what the Temporal server did per A deletion and per C workflow, by kind of work
+    and, for the operations where A and C differ most, by operation."""
+    lines = ["", f"{'the server, counted':<58} {'A/del':>7} {'C/wf':>7}"]
+    a_totals, c_totals = totals(a), totals(c)
+    for metric in sorted(set(a_totals) | set(c_totals)):
+        lines.append(f"  {metric:<56} {a_totals.get(metric, 0):>7.2f} {c_totals.get(metric, 0):>7.2f}")
+    differing = sorted(set(a) | set(c), key=lambda key: -abs(a.get(key, 0) - c.get(key, 0)))[:top]
+    for key in differing:
+        lines.append(f"    {key[:54]:<54} {a.get(key, 0):>7.2f} {c.get(key, 0):>7.2f}")
+    return lines
 
 
 def print_table(report: dict[str, Any]) -> str:
@@ -117,6 +136,8 @@ def print_table(report: dict[str, Any]) -> str:
     lines.append(f"  servers during A: {a['servers_cpu']}")
     if c:
         lines.append(f"  servers during C: {c['servers_cpu']}")
+    if a.get("server_work") and c and c.get("server_work"):
+        lines += server_work_lines(a["server_work"], c["server_work"])
     lines.append(
         f"A outcomes {a['outcomes']}, wrong {a['wrong']}, missing {a.get('missing', 0)}, "
         f"unacked {a.get('unacked', -1)}, storage problems {len(a['storage_problems'])}"

@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.request
-from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -27,23 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from temporalio.client import Client  # noqa: E402
 
 from bench.server_cost import VARIANTS, run_variant, variant_workers  # noqa: E402
+from bench.server_metrics import per_item, scrape  # noqa: E402
 from devstack.stack import HOST, temporal_server_argv  # noqa: E402
 
-SAMPLE = re.compile(r"^(\w*persistence_requests\w*)\{(.*)\} ([0-9.e+]+)$")
-OPERATION = re.compile(r'operation="([^"]+)"')
-
-
-def persistence_counts(metrics_url: str) -> Counter[tuple[str, str]]:
-    """Cumulative persistence requests by (metric, operation), summed over the other labels."""
-    counts: Counter[tuple[str, str]] = Counter()
-    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
-        text = reply.read().decode()
-    for line in text.splitlines():
-        sample = SAMPLE.match(line)
-        if sample:
-            operation = OPERATION.search(sample.group(2))
-            counts[(sample.group(1), operation.group(1) if operation else "?")] += int(float(sample.group(3)))
-    return counts
+PERSISTENCE = ("persistence_requests", "visibility_persistence_requests")
 
 
 async def connect(address: str, timeout: float = 60.0) -> Client:
@@ -69,15 +53,15 @@ async def count(args: argparse.Namespace, database: Path) -> None:
             await run_variant(client, queue, "plain", 20, 20)  # warm-up: namespace and queue creation
             for variant in args.variants.split(","):
                 await asyncio.sleep(args.settle)
-                before = persistence_counts(metrics_url)
+                before = scrape(metrics_url, PERSISTENCE)
                 await run_variant(client, queue, variant, args.n, 50)
                 # Visibility writes trail the workflow's completion: let the queue drain.
                 await asyncio.sleep(args.settle)
-                after = persistence_counts(metrics_url)
+                after = scrape(metrics_url, PERSISTENCE)
                 print(f"== {variant}: per workflow")
-                for key in sorted(after):
-                    if after[key] > before[key]:
-                        print(f"  {key[0]:<34} {key[1]:<40} {(after[key] - before[key]) / args.n:6.2f}")
+                for key, value in per_item(before, after, args.n).items():
+                    metric, operation = key.split(" ", 1)
+                    print(f"  {metric:<34} {operation:<40} {value:6.2f}")
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -90,6 +90,9 @@ class StackPorts:
     s3: int = 19000
     admin: int = 18080  # broker "A": the configured admin URL
     admin_owner: int = 18081  # broker "B": owner of about half of the topics, reached through 307s
+    # The Temporal server's Prometheus endpoint; 0 leaves it off, as recording every metric costs the server
+    # CPU (the benchmark's --server-metrics turns it on to count the server's work).
+    temporal_metrics: int = 0
 
 
 @dataclass(frozen=True)
@@ -406,9 +409,14 @@ class Stack:
         temporal = _Service(
             name="temporal",
             endpoint=f"{ep.temporal_address} (UI {ep.temporal_ui_url})",
-            argv=temporal_server_argv(p.temporal, p.temporal_ui, temporal_db),
+            argv=temporal_server_argv(
+                p.temporal,
+                p.temporal_ui,
+                temporal_db,
+                *(("--metrics-port", str(p.temporal_metrics)) if p.temporal_metrics else ()),
+            ),
             markers=("start-dev", str(temporal_db)),
-            ports=(p.temporal, p.temporal_ui),
+            ports=(p.temporal, p.temporal_ui, *((p.temporal_metrics,) if p.temporal_metrics else ())),
             healthy=lambda: _temporal_healthy(ep.temporal_address),
             ready=lambda: _ensure_search_attributes(ep.temporal_address),
         )
