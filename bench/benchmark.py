@@ -256,7 +256,8 @@ def main() -> None:
         "--server-metrics",
         action="store_true",
         help="turn on the Temporal server's Prometheus endpoint and print what it did per deletion and per "
-        "trivial workflow (requests, tasks, state transitions); off by default, as it costs the server CPU",
+        "trivial workflow (persistence requests, queue tasks, service requests); off by default, as it "
+        "costs the server CPU",
     )
     parser.add_argument(
         "--keep-state", action="store_true", help="reuse the stack's databases instead of starting empty"

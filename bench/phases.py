@@ -225,14 +225,26 @@ class Shape:
     timeouts: tuple[tuple[float, float], ...] = ()
 
 
-async def history_sample(client: Client, ids: Iterable[str]) -> tuple[list[Shape], Counter[str]]:
-    """The shape of every sampled workflow, and the event types of their histories."""
-    kinds: Counter[str] = Counter()
-    shapes = []
+@dataclass
+class HistorySample:
+    """What sampled workflows asked of the server, in the order they were sampled."""
+
+    shapes: list[Shape] = field(default_factory=list)
+    kinds: Counter[str] = field(default_factory=Counter)  # event types, over every sampled history
+    # Each workflow's state transitions as the server counted them (DescribeWorkflowExecution): every
+    # mutable-state write, what a Temporal cluster's persistence capacity is sized by.
+    transitions: list[int] = field(default_factory=list)
+
+
+async def history_sample(client: Client, ids: Iterable[str]) -> HistorySample:
+    """The shape, event types and state transitions of every sampled workflow."""
+    sample = HistorySample()
     for workflow_id in ids:
-        history = await client.get_workflow_handle(workflow_id).fetch_history()
-        names = [event.WhichOneof("attributes") or "" for event in history.events]
-        kinds.update(names)
+        handle = client.get_workflow_handle(workflow_id)
+        history = await handle.fetch_history()
+        described = await handle.describe()
+        sample.transitions.append(described.raw_description.workflow_execution_info.state_transition_count)
+        sample.kinds.update(event.WhichOneof("attributes") or "" for event in history.events)
         scheduled = [
             event.activity_task_scheduled_event_attributes
             for event in history.events
@@ -244,8 +256,8 @@ async def history_sample(client: Client, ids: Iterable[str]) -> tuple[list[Shape
             (_seconds(attributes.start_to_close_timeout), _seconds(attributes.schedule_to_start_timeout))
             for attributes in scheduled
         )
-        shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0, timeouts))
-    return shapes, kinds
+        sample.shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0, timeouts))
+    return sample
 
 
 def _seconds(duration: Duration) -> float:
@@ -302,6 +314,8 @@ class AResult:
     servers_cpu: dict[str, float] = field(default_factory=dict)
     server_work: dict[str, float] = field(default_factory=dict)  # --server-metrics: the server's counts
     event_kinds: dict[str, int] = field(default_factory=dict)
+    transitions: float = 0.0  # state transitions per workflow, over the sampled histories
+    transitions_happy: float = 0.0  # the same, over the sampled DELETED ones
     head_seconds: float = 0.0  # publish of the first request to the first close
     tail_seconds: float = 0.0  # the 95th percentile close to the last
 
@@ -377,9 +391,15 @@ async def run_a(
     if sample_histories:
         ids = sorted(by_id)
         ids = random.Random(0).sample(ids, min(sample_histories, len(ids)))
-        result.shapes, kinds = await history_sample(run.client, ids)
+        sample = await history_sample(run.client, ids)
+        result.shapes = sample.shapes
         result.activities_per_wf = statistics.mean(s.activities for s in result.shapes)
-        result.event_kinds = dict(kinds)
+        result.event_kinds = dict(sample.kinds)
+        result.transitions = statistics.mean(sample.transitions)
+        deleted = Outcome.DELETED.value
+        pairs = zip(ids, sample.transitions, strict=True)
+        of_deletions = [n for w, n in pairs if by_id[w].outcome == deleted]
+        result.transitions_happy = statistics.mean(of_deletions) if of_deletions else 0.0
     return result
 
 
@@ -485,6 +505,7 @@ class CResult:
     head_seconds: float = 0.0
     tail_seconds: float = 0.0
     server_work: dict[str, float] = field(default_factory=dict)
+    transitions: float = 0.0  # state transitions per workflow, over as many sampled histories as A's
 
 
 async def run_c(
@@ -578,6 +599,8 @@ async def run_c(
     end = max(c.close for c in closed)
     in_order = sorted(c.close for c in closed)
     used = [shapes[i % len(shapes)] for i in range(n)]
+    ids = random.Random(0).sample(sorted(c.workflow_id for c in closed), min(len(shapes), len(closed)))
+    sample = await history_sample(run.client, ids)
     return CResult(
         n=len(closed),
         activities=statistics.mean(s.activities for s in used),
@@ -588,6 +611,7 @@ async def run_c(
         procs=usage(procs),
         servers_cpu=servers,
         server_work=work,
+        transitions=statistics.mean(sample.transitions),
         head_seconds=in_order[0] - began,
         tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1],
     )

@@ -124,6 +124,12 @@ def print_table(report: dict[str, Any]) -> str:
             f"faults: A drained in {fa['seconds']:.0f} s, B in {fb['seconds']:.0f} s "
             f"(B reconsumes after {report.get('reconsume_seconds', float('nan')):.0f} s)"
         )
+    if a.get("transitions"):
+        versus = f", C {c['transitions']:.1f}" if c and c.get("transitions") else ""
+        lines.append(
+            f"state transitions per workflow (sampled histories): A {a['transitions']:.1f} "
+            f"(DELETED {a['transitions_happy']:.1f}){versus}"
+        )
     lines.append("")
     lines.append("process                     cpu s   peak RSS MB")
     for name, stats in a["procs"].items():

@@ -59,9 +59,11 @@ async def test_a_shape_read_from_a_history_runs_as_the_same_shape(temporal_clien
 
     assert result == 4
     assert finished == [(f"{queue}/0", 3)]  # only the last activity, and on the starter's queue
-    shapes, kinds = await history_sample(temporal_client, [f"{queue}/0"])
-    assert shapes == [shape]
-    assert kinds["activity_task_scheduled_event_attributes"] == 4
+    sample = await history_sample(temporal_client, [f"{queue}/0"])
+    assert sample.shapes == [shape]
+    assert sample.kinds["activity_task_scheduled_event_attributes"] == 4
+    # Each of the four activities is at least scheduled, started and completed: a state transition each.
+    assert sample.transitions[0] >= 12
 
 
 def test_a_timeout_the_server_recorded_as_unbounded_is_none() -> None:

@@ -86,3 +86,13 @@ def test_a_round_shows_what_went_wrong_in_it() -> None:
     rounds = print_table(report).splitlines()
     assert any(line.startswith("2 ") and line.endswith("2/2/3") for line in rounds)
     assert any(line.startswith("1 ") and line.endswith("0/0/0") for line in rounds)
+
+
+def test_the_table_shows_the_sampled_state_transitions_of_a_and_c() -> None:
+    a, c = _a(45.0), _c(50.0)
+    a.transitions, a.transitions_happy, c.transitions = 27.3, 28.04, 24.9
+
+    table = print_table(_report([(a, c)]))
+
+    assert "state transitions per workflow (sampled histories): A 27.3 (DELETED 28.0), C 24.9" in table
+    assert "state transitions" not in print_table(_report([(_a(45.0), _c(50.0))]))
