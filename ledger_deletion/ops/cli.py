@@ -316,7 +316,9 @@ def dlq_replay(
     ledger: Annotated[
         int | None, typer.Option("--ledger", help="Replay the entries of this ledger id.")
     ] = None,
-    dry_run: Annotated[bool, typer.Option(help="Show what would be replayed; change nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option(help="Show what a replay would find now (entries not replayed yet); ack nothing.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
     """Re-submit dead letters to the deletion topic each came from (the system topic if none is recorded);

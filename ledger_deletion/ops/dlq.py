@@ -1,11 +1,12 @@
 """The dead-letter topic: look at it without changing it, and replay entries into the deletion topics.
 
 ``read_dead_letters`` uses a Reader: it holds no subscription, so looking never acks, moves or redelivers
-anything, and it shows every entry the topic still retains. ``replay`` uses a durable subscription on the
-dead-letter topic instead, so each entry is replayed at most once: it re-publishes the original payload,
-waits until that send is durable (non-batched producer, synchronous send), and only then acks the
-dead-letter entry. An entry that is not selected, or whose re-publish fails, stays unacked and is offered to
-the next replay.
+anything, and it shows every entry the topic still retains, replayed or not. ``replay`` uses a durable
+subscription on the dead-letter topic instead, so each entry is replayed at most once: it re-publishes the
+original payload, waits until that send is durable (non-batched producer, synchronous send), and only then
+acks the dead-letter entry. An entry that is not selected, or whose re-publish fails, stays unacked and is
+offered to the next replay. A dry run reads through that subscription too and acks nothing, so it counts
+exactly the entries a replay would find.
 
 An entry goes back to the topic it came from (``ledger-deletion.origin-topic``, recorded by the ingest for
 what it dead-letters), not to the system topic: the system topic is trusted to name any namespace and to
@@ -193,6 +194,29 @@ def replay_properties(letter: DeadLetter) -> dict[str, str]:
     return kept
 
 
+def _subscribe_for_replay(client: pulsar.Client, settings: Settings) -> Any:
+    # The subscription the pools create before their first dead letter (``messaging.Publisher.kept_for``).
+    # Subscribing at Earliest leaves an existing one where it is; where none exists yet (an empty topic, or
+    # entries written by something else), it starts where the topic starts, as the first dead letter would.
+    return client.subscribe(
+        settings.dead_letter_topic,
+        REPLAY_SUBSCRIPTION,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+
+
+def _receive_to_lull(consumer: Any) -> list[tuple[Any, DeadLetter]]:
+    """Every entry the subscription has not acked yet, in the order received."""
+    received: list[tuple[Any, DeadLetter]] = []
+    while True:
+        try:
+            message = consumer.receive(timeout_millis=READ_TIMEOUT_MILLIS)
+        except pulsar.Timeout:
+            return received
+        received.append((message, dead_letter_of(message)))
+
+
 def replay(
     settings: Settings,
     select: Callable[[DeadLetter], bool],
@@ -201,37 +225,28 @@ def replay(
     on_start: Callable[[int], None] = lambda total: None,
     on_progress: Callable[[DeadLetter], None] = lambda letter: None,
 ) -> ReplayReport:
-    """Re-submit the selected dead letters; see the module docstring for the ack ordering."""
+    """Re-submit the selected dead letters; see the module docstring for the ack ordering.
+
+    A dry run reads through the same subscription and acks nothing, so it counts what a replay would find:
+    the entries not replayed yet. (A Reader sees every retained entry, replayed or not, and would count an
+    entry replayed last week again.) Its consumer closes with everything unacked, which hands each entry
+    back to the subscription as it was; nothing is published.
+    """
     report = ReplayReport(dry_run=dry_run, system_topic=settings.topic)
-    if dry_run:
-        # A dry run must not even create the replay subscription: look with a Reader.
-        report.selected = [d for d in read_dead_letters(settings) if select(d)]
-        on_start(len(report.selected))
-        for letter in report.selected:
-            on_progress(letter)
-        return report
     with _client(settings) as client:
-        consumer = client.subscribe(
-            settings.dead_letter_topic,
-            REPLAY_SUBSCRIPTION,
-            consumer_type=pulsar.ConsumerType.Shared,
-            initial_position=pulsar.InitialPosition.Earliest,
-        )
+        consumer = _subscribe_for_replay(client, settings)
         # One producer per topic replayed to, made on first use.
         targets: dict[str, messaging.Publisher] = {}
         try:
-            received: list[tuple[Any, DeadLetter]] = []
-            while True:
-                try:
-                    message = consumer.receive(timeout_millis=READ_TIMEOUT_MILLIS)
-                except pulsar.Timeout:
-                    break
-                received.append((message, dead_letter_of(message)))
+            received = _receive_to_lull(consumer)
             chosen = [(m, d) for m, d in received if select(d)]
             report.selected = [d for _, d in chosen]
             report.left = len(received) - len(chosen)
             on_start(len(chosen))
             for message, letter in chosen:
+                if dry_run:
+                    on_progress(letter)
+                    continue
                 topic = letter.replay_topic(settings.topic)
                 if topic not in targets:
                     targets[topic] = messaging.Publisher(client, topic)

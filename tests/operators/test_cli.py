@@ -168,9 +168,14 @@ async def test_dlq_list_and_replay_acks_only_what_was_replayed(
     assert not cluster.ledger_exists(first.ledger_id)
     assert cluster.ledger_exists(second.ledger_id)  # not selected: untouched
 
-    # The replayed entry was acked; the other one is still waiting in the DLQ subscription.
+    # The replayed entry was acked; the other one is still waiting in the DLQ subscription. A dry run
+    # counts what a replay would find (not the retained entry already replayed), and hands it back.
+    assert (await cli_json("dlq", "replay", "--ledger", str(first.ledger_id), "--dry-run"))["selected"] == 0
     again = await cli_json("dlq", "replay", "--ledger", str(first.ledger_id))
     assert again["replayed"] == []
+    for _ in range(2):  # the second dry run still finds what the first one looked at
+        dry = await cli_json("dlq", "replay", "--ledger", str(second.ledger_id), "--dry-run")
+        assert dry["selected"] == 1 and dry["replayed"] == []
     rest = await cli("dlq", "replay", "--ledger", str(second.ledger_id))
     assert "replayed 1 dead letter(s)" in rest.stdout
     results = await results_of(observed.client, [second])
