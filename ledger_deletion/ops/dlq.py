@@ -207,7 +207,11 @@ def _subscribe_for_replay(client: pulsar.Client, settings: Settings) -> Any:
 
 
 def _receive_to_lull(consumer: Any) -> list[tuple[Any, DeadLetter]]:
-    """Every entry the subscription has not acked yet, in the order received."""
+    """Every entry the subscription has not acked yet, in the order received.
+
+    Nothing is acked while receiving, so a broker stops at its ``maxUnackedMessagesPerConsumer`` (50,000
+    by default for a Shared subscription): a larger backlog is replayed, and counted, in several runs.
+    """
     received: list[tuple[Any, DeadLetter]] = []
     while True:
         try:
