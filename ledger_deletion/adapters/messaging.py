@@ -126,6 +126,17 @@ class Handoff:
 DEAD_LETTER_SUBSCRIPTION = "ledger-deletion-dlq-replay"
 
 
+def subscribe_from_start(client: pulsar.Client, topic: str, subscription: str) -> Any:
+    """A Shared consumer on a durable subscription. Subscribing at Earliest creates the subscription where
+    the topic starts, or leaves an existing one (and its unacked entries) where it is."""
+    return client.subscribe(
+        topic,
+        subscription,
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+
+
 @dataclass
 class Publisher:
     """A lazily created, non-batching producer on one topic; sends are durable when they return.
@@ -149,14 +160,7 @@ class Publisher:
             with self._lock:
                 if self._producer is None:
                     if self.kept_for:
-                        # Subscribing at Earliest creates the subscription where the topic starts, or leaves
-                        # an existing one (and its unreplayed entries) where it is.
-                        self.client.subscribe(
-                            self.topic,
-                            self.kept_for,
-                            consumer_type=pulsar.ConsumerType.Shared,
-                            initial_position=pulsar.InitialPosition.Earliest,
-                        ).close()
+                        subscribe_from_start(self.client, self.topic, self.kept_for).close()
                     self._producer = self.client.create_producer(
                         self.topic, batching_enabled=False, send_timeout_millis=self.send_timeout_millis
                     )

@@ -194,18 +194,6 @@ def replay_properties(letter: DeadLetter) -> dict[str, str]:
     return kept
 
 
-def _subscribe_for_replay(client: pulsar.Client, settings: Settings) -> Any:
-    # The subscription the pools create before their first dead letter (``messaging.Publisher.kept_for``).
-    # Subscribing at Earliest leaves an existing one where it is; where none exists yet (an empty topic, or
-    # entries written by something else), it starts where the topic starts, as the first dead letter would.
-    return client.subscribe(
-        settings.dead_letter_topic,
-        REPLAY_SUBSCRIPTION,
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest,
-    )
-
-
 def _receive_to_lull(consumer: Any) -> list[tuple[Any, DeadLetter]]:
     """Every entry the subscription has not acked yet, in the order received.
 
@@ -238,7 +226,9 @@ def replay(
     """
     report = ReplayReport(dry_run=dry_run, system_topic=settings.topic)
     with _client(settings) as client:
-        consumer = _subscribe_for_replay(client, settings)
+        # The subscription the pools create before their first dead letter (``Publisher.kept_for``); where
+        # none exists yet, this creates it at the topic's start, as the first dead letter would.
+        consumer = messaging.subscribe_from_start(client, settings.dead_letter_topic, REPLAY_SUBSCRIPTION)
         # One producer per topic replayed to, made on first use.
         targets: dict[str, messaging.Publisher] = {}
         try:
