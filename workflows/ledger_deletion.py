@@ -107,6 +107,7 @@ class LedgerDeletionWorkflow:
         # Every request decided so far, the run's own first: a joined message is acked once its request is.
         self._decided: list[tuple[PendingDeleteLedgerInfo, Decision]] = []
         self._deciding_joined = False
+        self._in_decision: PendingDeleteLedgerInfo | None = None  # the request _decide is working on
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -124,6 +125,17 @@ class LedgerDeletionWorkflow:
             messages_acked=self._acked,
             outcome=self._outcome,
         )
+
+    # Plain methods, not queries: the observability interceptor calls them inside the workflow, so the
+    # activities of a joined request's decision and its outcome count for that request's tenant and component.
+
+    def request_in_decision(self) -> PendingDeleteLedgerInfo | None:
+        """The request being decided (a joined one while it is), or None between decisions."""
+        return self._in_decision
+
+    def decided_requests(self) -> list[tuple[PendingDeleteLedgerInfo, Outcome]]:
+        """Every request this run decided, the run's own first, with its own outcome."""
+        return [(request, decision.outcome) for request, decision in self._decided]
 
     @workflow.run
     async def run(self, inp: DeletionInput) -> DeletionResult:
@@ -162,6 +174,7 @@ class LedgerDeletionWorkflow:
         Past ``MAX_JOINED_DECISIONS`` joined requests, a further one is dead-lettered undecided."""
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
+        self._in_decision = request
         if len(self._decided) > MAX_JOINED_DECISIONS:
             failed_step = JOIN_STEP
             reason = (
@@ -183,6 +196,7 @@ class LedgerDeletionWorkflow:
                 outcome = Outcome.DEAD_LETTERED
         decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
         self._decided.append((request, decision))
+        self._in_decision = None
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
         workflow.set_current_details(
             "\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided)

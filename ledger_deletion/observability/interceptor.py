@@ -73,7 +73,11 @@ class RequestContext:
 
 def context_of_input(arg: Any) -> RequestContext:
     """The workflow input is ``DeletionInput(request=PendingDeleteLedgerInfo, ...)``; read it defensively."""
-    request = getattr(arg, "request", None)
+    return context_of_request(getattr(arg, "request", None))
+
+
+def context_of_request(request: Any) -> RequestContext:
+    """A ``PendingDeleteLedgerInfo``'s labels, read defensively (``None`` gives the unknown context)."""
     if request is None:
         return RequestContext()
     return RequestContext(
@@ -103,12 +107,20 @@ class DeletionInterceptor(temporalio.client.Interceptor, temporalio.worker.Inter
         return _WorkflowInbound
 
     def _finished(
-        self, context: dict[str, Any], task_queue: str, trace_carrier: dict[str, str] | None
+        self,
+        context: dict[str, Any],
+        decisions: list[dict[str, Any]],
+        task_queue: str,
+        trace_carrier: dict[str, str] | None,
     ) -> None:
-        """Outside the sandbox: count the outcome and put it on a span of the request's trace."""
+        """Outside the sandbox: count each decided request's outcome under its own tenant and component, and
+        put the run's outcome on a span of the run's trace."""
+        pool = self._pool_of(task_queue)
+        for decided in decisions:
+            each = RequestContext(**decided)
+            labels = metrics.Labels(pool, each.tenant, each.component)
+            metrics.current().request_completed(labels, each.outcome)
         request = RequestContext(**context)
-        labels = metrics.Labels(self._pool_of(task_queue), request.tenant, request.component)
-        metrics.current().request_completed(labels, request.outcome)
         parent = extract(trace_carrier) if trace_carrier else None
         span = trace.get_tracer(tracing.TRACER_NAME).start_span(
             f"LedgerDeletion:{request.outcome}", context=parent
@@ -198,19 +210,36 @@ class _WorkflowInbound(temporalio.worker.WorkflowInboundInterceptor):
             info = temporalio.workflow.info()
             carrier = _trace_carrier(info.headers)
             finished = {**self.context.__dict__, "outcome": outcome}
-            temporalio.workflow.extern_functions()[_EXTERN](finished, info.task_queue, carrier)
+            decisions = _decisions_of(temporalio.workflow.instance()) or [finished]
+            temporalio.workflow.extern_functions()[_EXTERN](finished, decisions, info.task_queue, carrier)
         return result
 
     def current_context(self) -> RequestContext:
-        """The request, plus the outcome once the workflow has decided it (the ack and DLQ steps)."""
+        """The request being decided (a joined one while the run decides it, else the run's own), plus the
+        run's outcome once it has one (the ack and DLQ steps)."""
+        instance = temporalio.workflow.instance()
+        context = self.context
+        in_decision = getattr(instance, "request_in_decision", None)
+        if callable(in_decision) and (request := in_decision()) is not None:
+            context = context_of_request(request)
         try:
-            status = temporalio.workflow.instance().status()
-            outcome = str(getattr(status, "outcome", "") or "")
+            outcome = str(getattr(instance.status(), "outcome", "") or "")
         except Exception:  # another workflow type: no status query
             outcome = ""
         if not outcome:
-            return self.context
-        return RequestContext(**{**self.context.__dict__, "outcome": outcome})
+            return context
+        return RequestContext(**{**context.__dict__, "outcome": outcome})
+
+
+def _decisions_of(instance: Any) -> list[dict[str, Any]]:
+    """Each request the run decided, as a context with its own outcome; empty for another workflow type."""
+    decided = getattr(instance, "decided_requests", None)
+    if not callable(decided):
+        return []
+    return [
+        {**context_of_request(request).__dict__, "outcome": str(getattr(outcome, "value", outcome))}
+        for request, outcome in decided()
+    ]
 
 
 class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):

@@ -47,7 +47,9 @@ class Metrics:
             "ledger_deletion_requests_received", "{request}", "Deletion messages received from Pulsar"
         )
         self._completed = meter.create_counter(
-            "ledger_deletion_requests_completed", "{request}", "Deletion workflows finished, by outcome"
+            "ledger_deletion_requests_completed",
+            "{request}",
+            "Deletion requests decided, by outcome (each request that joined a run counts on its own)",
         )
         self._bk_deleted = meter.create_counter(
             "ledger_deletion_bk_ledgers_deleted", "{ledger}", "BookKeeper ledgers deleted"

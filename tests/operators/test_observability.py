@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
+from temporalio.service import RPCError
 
 from devstack.cluster import SimulatedCluster
-from ledger_deletion.contracts import Outcome
+from ledger_deletion.contracts import DeletionStatus, Outcome
 from ledger_deletion.observability import tracing
 from ledger_deletion.submit import RequestPublisher
 from tests.operators.conftest import Observed
 from tests.operators.helpers import eventually, metric_value, orphan_requests, results_of, scrape
+from workflows.ledger_deletion import STATUS_QUERY
 
 pytestmark = pytest.mark.stack
 
@@ -61,6 +64,61 @@ async def test_metrics_count_real_deletions(
             )
             == 2
         )
+
+    await eventually(counted)
+
+
+async def test_a_joined_request_counts_for_its_own_tenant(
+    observed: Observed, observed_publisher: RequestPublisher, cluster: SimulatedCluster
+) -> None:
+    """Another tenant's request naming the same ledger joins the owner's run and is decided on its own: its
+    outcome and the steps of its decision count for its tenant, and the deletion for the owner's only."""
+    run = uuid.uuid4().hex[:6]
+    owner, intruder = f"joined-owner-{run}", f"joined-intruder-{run}"
+    topic = f"{owner}/ns/orders"
+    ids = cluster.new_ledger_ids(2)
+    cluster.create_topic(topic, ids)
+    real = cluster.requests_for_trim(topic, ids[:1])[0]  # metadata still lists it: the run waits in use
+    forged = replace(real, topic_name=f"{intruder}/ns/orders")
+    handle = observed.client.get_workflow_handle(real.workflow_id)
+
+    async def status() -> DeletionStatus:
+        try:
+            return await handle.query(STATUS_QUERY, result_type=DeletionStatus)
+        except RPCError as exc:  # not started yet: ask again
+            raise AssertionError(str(exc)) from exc
+
+    observed_publisher.publish(real)
+
+    async def waiting_in_use() -> None:
+        assert (await status()).step == "wait_in_use"
+
+    await eventually(waiting_in_use)
+    observed_publisher.publish(forged)
+
+    async def joined() -> None:
+        assert (await status()).messages_collected == 2
+
+    await eventually(joined)
+    cluster.remove_ledgers_from_metadata(topic, ids[:1])  # the grace ends: the owner's request deletes
+    result = (await results_of(observed.client, [real]))[real.workflow_id]
+    assert [(d.topic_name, d.outcome) for d in result.decisions] == [
+        (real.topic_name, Outcome.DELETED),
+        (forged.topic_name, Outcome.ALREADY_DELETED),  # decided after the deletion: the znode is gone
+    ]
+
+    def counted() -> None:
+        text = scrape(observed.metrics_url)
+        completed = "ledger_deletion_requests_completed_total"
+        assert metric_value(text, completed, tenant=owner, outcome="DELETED") == 1
+        assert metric_value(text, completed, tenant=owner) == 1
+        assert metric_value(text, completed, tenant=intruder, outcome="ALREADY_DELETED") == 1
+        assert metric_value(text, "ledger_deletion_bk_ledgers_deleted_total", tenant=owner) == 1
+        assert metric_value(text, "ledger_deletion_bk_ledgers_deleted_total", tenant=intruder) == 0
+        verified = {"step": "verify_bk_metadata", "pool": "bookkeeper"}
+        steps = "ledger_deletion_step_duration_seconds_count"
+        assert metric_value(text, steps, tenant=intruder, **verified) == 1
+        assert metric_value(text, steps, tenant=owner, **verified) == 1
 
     await eventually(counted)
 
