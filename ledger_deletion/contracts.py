@@ -88,6 +88,9 @@ class MessageRef:
     # before its message is acked: a forged or stale request for the same ledger must not answer for the
     # real one. None from older ingests: taken as the run's own request, as before.
     request: PendingDeleteLedgerInfo | None = None
+    # Read from the system topic, which only the broker writes. Past the run's limit of joined decisions,
+    # such a request is still decided: a tenant flooding one ledger id cannot push the broker's out.
+    from_system_topic: bool = False
 
 
 # --- workflow ---------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.observability import ingest as observability
 from ledger_deletion.observability.ingest import observe_receive
 from ledger_deletion.request import PendingDeleteLedgerInfo, same_decision
-from ledger_deletion.tenancy import confine_to_topic
+from ledger_deletion.tenancy import confine_to_topic, is_system_topic
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
 
 log = logging.getLogger(__name__)
@@ -241,6 +241,7 @@ class Ingestor:
                 topic=message.topic_name(),
                 redelivery_count=message.redelivery_count(),
                 check_ledger_still_in_use=request.check_ledger_still_in_use,
+                from_system_topic=is_system_topic(message.topic_name(), self.system_topic),
             )
             try:
                 await self._start_or_join(request, ref)
@@ -255,7 +256,7 @@ class Ingestor:
                     workflow_id=request.workflow_id,
                 )
                 return
-        self.pending.bind(key, Handoff(request.workflow_id, request, time.monotonic()))
+        self.pending.bind(key, Handoff(request.workflow_id, request, time.monotonic(), ref.from_system_topic))
         self.stats.started_or_joined += 1
 
     async def sweep(self, *, held_for: float) -> int:
@@ -318,6 +319,7 @@ class Ingestor:
                         key,
                         self.ack_queue,
                         check_ledger_still_in_use=handoff.request.check_ledger_still_in_use,
+                        from_system_topic=handoff.from_system_topic,
                     ),
                 )
             except WorkflowStartRejected as exc:
@@ -336,7 +338,7 @@ class Ingestor:
                 observability.dead_lettered("start", handoff.request)
                 settled += 1
                 continue
-            self.pending.bind(key, Handoff(handoff.workflow_id, handoff.request, time.monotonic()))
+            self.pending.bind(key, replace(handoff, since=time.monotonic()))
             settled += 1
         return settled
 

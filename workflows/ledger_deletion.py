@@ -63,11 +63,13 @@ CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 20
 DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026-11-25
 DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
 DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
+DECIDE_BROKER_PAST_LIMIT = "decide-broker-request-past-limit"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 # Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
 # a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
-# decision. A flood long enough reaches Temporal's history limit; the run is then terminated and the
-# sweeper hands its held messages to a new run.
+# decision. A request from the system topic (the broker's own) is decided past the limit too. A flood long
+# enough reaches Temporal's history limit; the run is then terminated and the sweeper hands its held
+# messages to a new run.
 MAX_JOINED_DECISIONS = 10
 JOIN_STEP = "join"  # the failed step of a joined request dead-lettered undecided
 
@@ -169,13 +171,20 @@ class LedgerDeletionWorkflow:
             joined_dead_lettered=len(everything) - len(decisions),
         )
 
-    async def _decide(self, request: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> Decision:
+    async def _decide(
+        self, request: PendingDeleteLedgerInfo, policy: DeletionPolicy, *, from_system_topic: bool = False
+    ) -> Decision:
         """Decide one request: deleted, skipped, or dead-lettered (published to the DLQ before any ack).
-        Past ``MAX_JOINED_DECISIONS`` joined requests, a further one is dead-lettered undecided."""
+        Past ``MAX_JOINED_DECISIONS`` joined requests, a further one is dead-lettered undecided, unless it
+        came from the system topic."""
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
         self._in_decision = request
-        if len(self._decided) > MAX_JOINED_DECISIONS:
+        # Not ``_patched``: runs that decided joined requests without this exemption exist.
+        past_limit = len(self._decided) > MAX_JOINED_DECISIONS and not (
+            from_system_topic and workflow.patched(DECIDE_BROKER_PAST_LIMIT)
+        )
+        if past_limit:
             failed_step = JOIN_STEP
             reason = (
                 f"more than {MAX_JOINED_DECISIONS} other requests for this ledger joined one run: "
@@ -459,8 +468,13 @@ class LedgerDeletionWorkflow:
                 # Only messages whose request this run has not decided: decide the first such request as a
                 # run of its own would, then ack its messages on the next turn.
                 undecided = self._request_of(waiting[0])
+                from_system_topic = any(
+                    ref.from_system_topic
+                    for ref in waiting
+                    if same_decision(self._request_of(ref), undecided)
+                )
                 self._deciding_joined = True
-                await self._decide(undecided, policy)
+                await self._decide(undecided, policy, from_system_topic=from_system_topic)
                 continue
             by_queue: dict[str, list[MessageRef]] = defaultdict(list)
             for ref in pending:

@@ -120,6 +120,7 @@ class Handoff:
     workflow_id: str
     request: PendingDeleteLedgerInfo
     since: float
+    from_system_topic: bool = False  # the message's MessageRef.from_system_topic, for a new run's ref
 
 
 # The dead-letter topic's durable subscription, the one `ledger-deletion dlq replay` consumes.

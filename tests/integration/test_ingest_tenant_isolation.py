@@ -126,9 +126,10 @@ async def test_tenant_topic_request_of_its_own_namespace_always_gets_the_in_use_
     first = started.first_message
     assert first is not None and first.check_ledger_still_in_use is True
     assert first.topic.startswith(loop.tenant_topic)
+    assert first.from_system_topic is False  # not the broker's: past a run's joined limit, not decided
     # What the sweeper would start again, should this run end without a decision: the same, checked.
     [(_, handoff)] = ingestor.pending.bound_before(float("inf"))
-    assert handoff.request.check_ledger_still_in_use is True
+    assert handoff.request.check_ledger_still_in_use is True and handoff.from_system_topic is False
     assert ingestor.stats.dead_lettered == 0
 
 
@@ -145,4 +146,7 @@ async def test_system_topic_request_is_taken_as_sent(
     first = started.first_message
     assert first is not None and first.check_ledger_still_in_use is False
     assert first.topic.startswith(loop.system_topic)
+    assert first.from_system_topic is True  # the broker's: decided even past a run's joined limit
+    [(_, handoff)] = ingestor.pending.bound_before(float("inf"))
+    assert handoff.from_system_topic is True  # and so is the sweeper's new run of it
     assert ingestor.stats.dead_lettered == 0

@@ -539,6 +539,30 @@ async def test_joined_requests_past_the_limit_are_dead_lettered_undecided(harnes
     assert len(harness.fakes.acked) == len(refs) and result.messages_acked == len(refs)
 
 
+async def test_the_broker_request_past_the_limit_is_still_decided(harness: Harness) -> None:
+    """A tenant floods one ledger id with distinct requests from its own topic; the broker's request for
+    that ledger arrives past MAX_JOINED_DECISIONS. It is decided, and deletes, rather than being
+    dead-lettered undecided behind the flood; only the flood's overflow goes to the DLQ."""
+    harness.fakes.first_check_stalls_seconds = 2.0  # every message joins while the first check runs
+    flood = [data_request(topic_name=f"mallory/ns/forged-{i}") for i in range(MAX_JOINED_DECISIONS + 2)]
+    harness.fakes.verdict_by_topic = {r.topic_name: Verdict.MISMATCH for r in flood}
+    real = data_request()
+    refs = [MessageRef("first", harness.queue)]
+    refs += [MessageRef(f"forged-{i}", harness.queue, request=r) for i, r in enumerate(flood[1:])]
+    refs += [MessageRef("real", harness.queue, request=real, from_system_topic=True)]
+    result = await harness.run(flood[0], refs=refs)
+    assert harness.fakes.calls["delete_bk_ledger"] == 1
+    assert result.outcome is Outcome.DELETED
+    assert (real.topic_name, Outcome.DELETED) in [(d.topic_name, d.outcome) for d in result.decisions]
+    assert Counter(d.outcome for d in result.decisions) == {
+        Outcome.SKIPPED_METADATA_MISMATCH: MAX_JOINED_DECISIONS + 1,  # the run's own and ten joined
+        Outcome.DELETED: 1,
+    }
+    assert result.joined_dead_lettered == 1 and len(harness.fakes.dead_letters) == 1
+    assert harness.fakes.dead_letters[0].request in flood  # the overflow is the flood's, not the broker's
+    assert len(harness.fakes.acked) == len(refs) and result.messages_acked == len(refs)
+
+
 async def test_a_joined_request_asking_for_the_check_makes_the_run_ask(harness: Harness) -> None:
     """Any message asking for the in-use check before the check point gets it for the run, whatever request
     it brought: a check never deletes anything."""
