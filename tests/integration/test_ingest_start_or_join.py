@@ -161,6 +161,7 @@ async def test_a_joining_message_carries_its_own_in_use_check(
         0,
         True,
         replace(req, check_ledger_still_in_use=True),
+        from_system_topic=True,  # read from the system topic: the broker's
     )
 
 
