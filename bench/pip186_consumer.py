@@ -18,6 +18,12 @@ consumer also honours the due time it writes into the ``DELAY_UNTIL_MS`` propert
 (unacked) until then, as the broker's delayed-delivery tracker would. The whole message is processed again on
 each retry: every check, not only the step that failed.
 
+The service's later additions are left out: freeing the BookKeeper copy of an offloaded ledger the broker
+has released, the objects of a replaced offload attempt, and asking the owner again after a version race.
+Each only frees more than the seed would (B keeps such a ledger as in use) and needs a request the owner
+still lists or a znode that changes mid-deletion; the benchmark's mix has neither, so A and B make the same
+calls for every request in it.
+
 Runs as its own process (so the benchmark can measure its CPU and RSS) until ``--expect`` messages reached a
 terminal state, then writes a JSON summary (per-message publish → ack latency, outcomes, attempts).
 
