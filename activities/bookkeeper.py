@@ -1,5 +1,6 @@
 """Activities on BookKeeper ledger metadata in ZooKeeper: verify that a ledger is what the request says, and
-compare-and-delete it. A schema ledger is also looked up in its schema locator, in Pulsar's metadata store."""
+compare-and-delete it. Pulsar's metadata store is read too: whether a data or cursor ledger is still listed by
+its managed ledger or cursor, and a schema ledger's schema locator."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.managed_ledger import (
     ledger_list_digest,
+    parse_managed_cursor_info,
     parse_managed_ledger_info,
     parse_schema_locator,
     schema_ledger_ids,
@@ -68,6 +70,7 @@ class BookKeeperActivities:
             reason = why or reason
         if verdict is Verdict.MATCH and inp.check_bk_copy_released:
             bk_copy_released, reason = self._bk_copy_released(inp.request, inp.owner_listed_digest)
+        store_listing = self._store_listing(inp.request) if verdict is Verdict.MATCH else ""
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
@@ -76,7 +79,46 @@ class BookKeeperActivities:
             length=metadata.length,
             schema_referenced=schema_referenced,
             bk_copy_released=bk_copy_released,
+            metadata_store_listing=store_listing,
         )
+
+    def _store_listing(self, request: PendingDeleteLedgerInfo) -> str:
+        """What in Pulsar's metadata store still lists this data or cursor ledger, or "" when nothing does.
+
+        Any listing counts, with no comparison against the owner broker's list: this can only keep a ledger.
+        A data ledger listed only as an offloaded copy whose BookKeeper copy the broker released is not
+        listed. Unreadable metadata may list it: never deleted on a guess. A schema ledger's listing is its
+        locator (``schema_referenced``).
+        """
+        name = request.managed_ledger_name
+        if request.ledger_component is LedgerComponent.MANAGED_CURSOR:
+            assert request.cursor_name is not None  # required for a cursor request when it was decoded
+            data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
+            where = f"cursor {request.cursor_name} of {name}"
+            if data is None:
+                self._pulsar_metadata.confirm_managed_ledgers_root()
+                return ""
+            try:
+                cursor = parse_managed_cursor_info(data)
+            except MetadataFormatError as exc:
+                return f"{where} unreadable in Pulsar's metadata store: {exc}"
+            if cursor.cursorsLedgerId == request.ledger_id:
+                return f"{where} stores it as its cursor ledger in Pulsar's metadata store"
+            return ""
+        if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
+            return ""
+        data = self._pulsar_metadata.read_managed_ledger(name)
+        if data is None:
+            self._pulsar_metadata.confirm_managed_ledgers_root()
+            return ""
+        try:
+            info = parse_managed_ledger_info(data)
+        except MetadataFormatError as exc:
+            return f"managed ledger {name} unreadable in Pulsar's metadata store: {exc}"
+        entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
+        if entries and not all(_released(e) for e in entries):
+            return f"{name} lists it in Pulsar's metadata store"
+        return ""
 
     def _bk_copy_released(self, request: PendingDeleteLedgerInfo, owner_digest: str) -> tuple[bool, str]:
         """Does the ledger's managed ledger say its BookKeeper copy is released (offload complete and

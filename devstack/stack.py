@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ledger_deletion.adapters.zookeeper import MANAGED_LEDGERS_ROOT
 from ledger_deletion.formats.bk_paths import DEFAULT_LEDGERS_ROOT, HIERARCHICAL_LAYOUT, LAYOUT_ZNODE
 from ledger_deletion.search_attributes import cli_types, dev_server_flags
 from ledger_deletion.settings import DEFAULT_TOPIC
@@ -870,13 +871,16 @@ def _retry_temporal_cli(args: list[str], failure: str) -> subprocess.CompletedPr
 
 def _format_ledgers_root(endpoints: StackEndpoints) -> None:
     """Write ``/ledgers/LAYOUT`` as BookKeeper's format does before its first bookie starts (kept on disk
-    across restarts): the service refuses a ledgers root without it."""
+    across restarts): the service refuses a ledgers root without it. Also ``/managed-ledgers``, which a
+    Pulsar cluster's metadata store has from its first topic on: a store without it is not Pulsar's, and
+    the service refuses to read "no managed ledger" there as "not listed"."""
     from kazoo.exceptions import NodeExistsError
 
     zk = endpoints.zookeeper_client()
     try:
         with contextlib.suppress(NodeExistsError):
             zk.create(f"{DEFAULT_LEDGERS_ROOT}/{LAYOUT_ZNODE}", HIERARCHICAL_LAYOUT, makepath=True)
+        zk.ensure_path(MANAGED_LEDGERS_ROOT)
     finally:
         zk.stop()
         zk.close()

@@ -218,6 +218,11 @@ class VerifyBkMetadataResult:
     # is ``complete`` and ``bookkeeperDeleted``: the broker reads it from tiered storage and has given up
     # its BookKeeper copy (whose own delete failed, or which it sent here to delete).
     bk_copy_released: bool = False
+    # What in Pulsar's metadata store still lists the ledger ("" when nothing does): its managed ledger's
+    # ledger list (a BookKeeper copy it has released aside), or, for a cursor ledger, its cursor's
+    # ``cursorsLedgerId``. The owner broker answers from memory, which a trim updates before the store; a
+    # store write that failed leaves the ledger listed, and the next owner loads it from there.
+    metadata_store_listing: str = ""
 
 
 @dataclass(frozen=True)

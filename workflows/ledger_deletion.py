@@ -64,6 +64,8 @@ DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026
 DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
 DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
 DECIDE_BROKER_PAST_LIMIT = "decide-broker-request-past-limit"  # workflow.patched id, 2026-11-25
+CHECK_METADATA_STORE = "check-metadata-store-listing"  # workflow.patched id, 2026-11-25
+REDECIDE_IN_USE_FOR_LATER_MESSAGES = "redecide-in-use-for-later-messages"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 # Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
 # a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
@@ -108,6 +110,11 @@ class LedgerDeletionWorkflow:
         self._own_request: PendingDeleteLedgerInfo | None = None
         # Every request decided so far, the run's own first: a joined message is acked once its request is.
         self._decided: list[tuple[PendingDeleteLedgerInfo, Decision]] = []
+        # How many decisions had begun when each message arrived, and, by decision, its number: an in-use
+        # answer covers only the messages that arrived before its decision began.
+        self._decisions_begun = 0
+        self._begun_at_arrival: dict[str, int] = {}
+        self._decision_numbers: list[int] = []
         self._deciding_joined = False
         self._in_decision: PendingDeleteLedgerInfo | None = None  # the request _decide is working on
 
@@ -115,7 +122,10 @@ class LedgerDeletionWorkflow:
     def add_message(self, ref: MessageRef) -> None:
         # A message is acked by the process holding it. Pulsar redelivers a message with the same id to a
         # new holder when the old one dies, so a reference is (holder, id): the same pair twice is one ack.
-        self._refs.setdefault(_ref_key(ref), ref)
+        key = _ref_key(ref)
+        if key not in self._refs:
+            self._refs[key] = ref
+            self._begun_at_arrival[key] = self._decisions_begun
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> DeletionStatus:
@@ -180,6 +190,8 @@ class LedgerDeletionWorkflow:
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
         self._in_decision = request
+        self._decisions_begun += 1
+        number = self._decisions_begun
         # Not ``_patched``: runs that decided joined requests without this exemption exist.
         past_limit = len(self._decided) > MAX_JOINED_DECISIONS and not (
             from_system_topic and workflow.patched(DECIDE_BROKER_PAST_LIMIT)
@@ -205,6 +217,7 @@ class LedgerDeletionWorkflow:
                 outcome = Outcome.DEAD_LETTERED
         decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
         self._decided.append((request, decision))
+        self._decision_numbers.append(number)
         self._in_decision = None
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
         workflow.set_current_details(
@@ -226,7 +239,7 @@ class LedgerDeletionWorkflow:
             if verified.verdict is not Verdict.MATCH:
                 raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
             verified = await self._wait_until_schema_releases(req, policy, verified)
-            await self._wait_until_unused(req, policy, topic)
+            verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
             return await self._delete_bk_ledger(req, policy, verified, topic)
         topic = await self._check_topic(req, policy)
         await self._wait_until_unused(req, policy, topic)
@@ -262,29 +275,70 @@ class LedgerDeletionWorkflow:
         )
 
     async def _wait_until_unused(
-        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, topic: CheckTopicResult
-    ) -> None:
-        """The mark phase publishes before it updates metadata: give the broker a grace period to catch up."""
-        if not topic.exists or not self._in_use_check_wanted(req):
-            return
+        self,
+        req: PendingDeleteLedgerInfo,
+        policy: DeletionPolicy,
+        topic: CheckTopicResult,
+        verified: VerifyBkMetadataResult | None = None,
+    ) -> VerifyBkMetadataResult | None:
+        """The mark phase publishes before it updates metadata: give the broker a grace period to catch up.
+
+        A BookKeeper ledger (``verified`` given) is also kept while Pulsar's metadata store lists it, whatever
+        the request or the owner says: the owner answers from memory, which a trim updates before the store,
+        and a failed store write leaves it listed for the next owner to load. A listing read before the
+        owner's answer or before a wait is read again (the ledger verified again) before it counts. Returns
+        the latest verification. Runs from before this check replay without it.
+        """
+        owner_check = topic.exists and self._in_use_check_wanted(req)
+        if not owner_check and not (verified is not None and verified.metadata_store_listing):
+            return verified
+        latest = verified
 
         async def referenced(check: int) -> str:
-            answer = await self._activity(
-                Step.ASK_OWNER_BROKER,
-                AskOwnerBrokerInput(req.topic_name, req.ledger_id),
-                AskOwnerBrokerResult,
-                policy.pulsar_queue,
-                policy,
-            )
-            if not answer.in_use:
-                return ""
-            if await self._bk_copy_released(req, policy, answer) or await self._offload_superseded(
-                req, policy, answer
+            nonlocal latest
+            if owner_check and (where := await self._owner_reference(req, policy)):
+                return where
+            # The patch only when it changes the answer: no marker in a run the store never held back.
+            if not (
+                latest is not None and latest.metadata_store_listing and self._patched(CHECK_METADATA_STORE)
             ):
                 return ""
-            return f"still referenced by {req.topic_name} ({answer.referenced_as})"
+            if owner_check or check:  # that listing was read before the owner's answer, or before a wait
+                latest = await self._verify(req, policy)
+                if latest.verdict is not Verdict.MATCH:
+                    raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+            return latest.metadata_store_listing
 
         await self._wait_out_grace(policy, referenced)
+        return latest
+
+    async def _owner_reference(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> str:
+        """How the topic's owner broker still references the ledger, or "" when it does not."""
+        answer = await self._activity(
+            Step.ASK_OWNER_BROKER,
+            AskOwnerBrokerInput(req.topic_name, req.ledger_id),
+            AskOwnerBrokerResult,
+            policy.pulsar_queue,
+            policy,
+        )
+        if not answer.in_use:
+            return ""
+        if await self._bk_copy_released(req, policy, answer) or await self._offload_superseded(
+            req, policy, answer
+        ):
+            return ""
+        return f"still referenced by {req.topic_name} ({answer.referenced_as})"
+
+    async def _wait_until_bk_ledger_unused(
+        self,
+        req: PendingDeleteLedgerInfo,
+        policy: DeletionPolicy,
+        topic: CheckTopicResult,
+        verified: VerifyBkMetadataResult,
+    ) -> VerifyBkMetadataResult:
+        latest = await self._wait_until_unused(req, policy, topic, verified)
+        assert latest is not None  # given a verification, it returns the latest one
+        return latest
 
     async def _bk_copy_released(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, answer: AskOwnerBrokerResult
@@ -414,7 +468,7 @@ class LedgerDeletionWorkflow:
             # A ledger's metadata changes when someone writes, closes or recovers it: ask its owner again.
             # Runs that raced before this check existed replay without it.
             if self._patched(RECHECK_USE_AFTER_RACE):
-                await self._wait_until_unused(req, policy, topic)
+                verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
         raise ApplicationError(
             f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
             type="MetadataKeepsChanging",
@@ -429,10 +483,24 @@ class LedgerDeletionWorkflow:
 
     def _is_decided(self, ref: MessageRef) -> bool:
         """Has this run decided the message's request? Runs from before joined requests were decided on their
-        own replay without it (the patch is only looked at when it would change the answer)."""
+        own replay without it (the patch is only looked at when it would change the answer).
+
+        A decision that kept the ledger as in use answers only the messages that arrived before it began:
+        the broker sends a request again after the metadata update of its first send failed, and the
+        update of the new send may have succeeded, so a message arriving later is decided again (with its
+        own grace). Runs from before this rule replay without it.
+        """
         request = self._request_of(ref)
-        if any(same_decision(request, decided) for decided, _ in self._decided):
+        arrived_after = self._begun_at_arrival.get(_ref_key(ref), 0)
+        same = [
+            (decision, number)
+            for (decided, decision), number in zip(self._decided, self._decision_numbers, strict=True)
+            if same_decision(request, decided)
+        ]
+        if any(d.outcome is not Outcome.SKIPPED_IN_USE or number > arrived_after for d, number in same):
             return True
+        if same:  # kept as in use only by answers given before this message arrived
+            return not workflow.patched(REDECIDE_IN_USE_FOR_LATER_MESSAGES)
         return not workflow.patched(DECIDE_JOINED_REQUESTS)
 
     # --- dead letter and acks ------------------------------------------------------------------------------

@@ -295,6 +295,34 @@ class PulsarMetadataStore:
             MANAGED_LEDGERS_ROOT, managed_ledger_name, (4, 5), "managed ledger", "a managed ledger name"
         )
 
+    def read_managed_cursor(self, managed_ledger_name: str, cursor_name: str) -> bytes | None:
+        """The content of ``/managed-ledgers/<name>/<cursor>`` (a ``ManagedCursorInfo``), or None.
+
+        Raises:
+            InvalidRequestError: a managed ledger name or a cursor name (one path segment) that is not valid.
+        """
+        if "/" in cursor_name:
+            raise InvalidRequestError(f"cursor name {cursor_name[:80]!r} is not one path segment")
+        return self._read(
+            MANAGED_LEDGERS_ROOT,
+            f"{managed_ledger_name}/{cursor_name}",
+            (5, 6),
+            "managed cursor",
+            "a managed ledger name and a cursor name",
+        )
+
+    def confirm_managed_ledgers_root(self) -> None:
+        """A managed ledger or cursor not found proves nothing in a store without ``/managed-ledgers``.
+
+        Raises:
+            PulsarMetadataNotFound: no ``/managed-ledgers``: this is not the store Pulsar keeps topics in.
+        """
+        if self._session.get(MANAGED_LEDGERS_ROOT) is None:
+            raise PulsarMetadataNotFound(
+                f"ZooKeeper {self.hosts} has no {MANAGED_LEDGERS_ROOT}, so it is not where Pulsar keeps its "
+                "topics: set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadata store"
+            )
+
     def read_schema_locator(self, schema_id: str) -> bytes | None:
         """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.
 

@@ -76,6 +76,7 @@ def bk(stack: StackEndpoints, zk: KazooClient) -> Any:
     # Pulsar's metadata store, as in a cluster that has stored a schema: it has /schemas (without it, the
     # store is not Pulsar's and a schema ledger's check fails: test_a_store_without_schemas_...).
     zk.ensure_path("/schemas")
+    zk.ensure_path("/managed-ledgers")  # and has topics (test_a_store_without_managed_ledgers_...)
     store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
     yield BookKeeperActivities(store, pulsar_metadata)
     store.close()
@@ -274,6 +275,55 @@ async def test_a_store_without_schemas_is_not_read_as_no_locator(stack, zk, new_
     assert failure.value.type == "PulsarMetadataNotFound" and not failure.value.non_retryable
     assert "LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER" in str(failure.value)
     assert zk.exists(ledger_path(ledger_id)) is not None
+
+
+async def test_a_ledger_pulsars_metadata_store_still_lists_is_reported_listed(bk, zk, new_ledger_id) -> None:
+    """The owner broker answers from memory, which a trim updates before the store: verify reads the store,
+    the managed ledger's ledger list for a data ledger, its cursor's ``cursorsLedgerId`` for a cursor's."""
+    ml_name = f"acts/ns-{uuid.uuid4().hex[:6]}/persistent/trimmed"
+    topic = ml.topic_name_from_managed_ledger(ml_name)
+    listed, trimmed, cursor_ledger, old_cursor_ledger = (new_ledger_id() for _ in range(4))
+    for ledger_id in (listed, trimmed):
+        put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ml_name))
+    for ledger_id in (cursor_ledger, old_cursor_ledger):
+        put_ledger(zk, ledger_id, cursor_custom_metadata(ml_name, "sub"))
+    data = request(listed, topic_name=topic)
+    assert verify(bk, data).metadata_store_listing == ""  # no managed ledger (its topic is gone)
+
+    info = ml.ManagedLedgerInfo()
+    info.ledgerInfo.add(ledgerId=listed)
+    zk.create(f"/managed-ledgers/{ml_name}", ml.serialize_managed_ledger_info(info), makepath=True)
+    result = verify(bk, data)
+    assert result.verdict is Verdict.MATCH and ml_name in result.metadata_store_listing
+    assert verify(bk, request(trimmed, topic_name=topic)).metadata_store_listing == ""
+
+    cursor = ml.ManagedCursorInfo(cursorsLedgerId=cursor_ledger)
+    zk.create(f"/managed-ledgers/{ml_name}/sub", ml.serialize_managed_cursor_info(cursor))
+    cursor_request = request(
+        cursor_ledger, LedgerComponent.MANAGED_CURSOR, topic_name=topic, cursor_name="sub"
+    )
+    assert "cursor sub" in verify(bk, cursor_request).metadata_store_listing
+    switched = replace(cursor_request, ledger_id=old_cursor_ledger)  # the cursor moved to a new ledger
+    assert verify(bk, switched).metadata_store_listing == ""
+
+    zk.set(f"/managed-ledgers/{ml_name}", b"\xff\x01")  # unreadable: it may still list the ledger
+    assert "unreadable" in verify(bk, request(trimmed, topic_name=topic)).metadata_store_listing
+
+
+async def test_a_store_without_managed_ledgers_is_not_read_as_not_listed(stack, zk, new_ledger_id) -> None:
+    """A store without /managed-ledgers is not Pulsar's: "no managed ledger" there proves nothing. Retried."""
+    empty_root = f"/not-pulsar-{uuid.uuid4().hex[:8]}"
+    zk.ensure_path(empty_root)
+    ledger_id = new_ledger_id()
+    put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
+    store, wrong_store = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + empty_root)
+    try:
+        with pytest.raises(ApplicationError) as failure:
+            verify(BookKeeperActivities(store, wrong_store), request(ledger_id))
+    finally:
+        store.close()
+        wrong_store.close()
+    assert failure.value.type == "PulsarMetadataNotFound" and not failure.value.non_retryable
 
 
 async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, stack) -> None:

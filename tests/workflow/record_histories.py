@@ -13,7 +13,9 @@ earlier shape exists); ``unpatched_request-*``: the same case recorded by the co
 the run's outcome; ``superseded-*`` and ``unpatched_supersede-*``: ``superseded_offload``, the objects of a
 replaced offload attempt, with and without the check of the uuid the managed ledger stores; ``broker_limit-*``
 and ``unpatched_broker_limit-*``: ``broker_past_limit``, the broker's request joining past the limit of joined
-decisions, decided and dead-lettered undecided). Record one case with ``python -m
+decisions, decided and dead-lettered undecided; ``store_listing-*``: ``store_listed_then_deleted``, a ledger
+Pulsar's metadata store still lists after its owner dropped it, kept until the store drops it too; the runs
+before that check never read a listing, so they replay unchanged). Record one case with ``python -m
 tests.workflow.record_histories PREFIX ADDRESS CASE``. When the workflow
 changes what a run does, guard the change (a new input field with a default, or ``workflow.patched()``) and
 record the new shape under a new prefix, keeping the old files: those runs may still be open in production.
@@ -55,6 +57,8 @@ CASES: dict[str, Callable[[Fakes], None]] = {
     "dead_lettered": lambda f: setattr(f, "delete_error", "ZooKeeper gone"),
     "offloaded": lambda f: None,
     "schema_listed_then_deleted": lambda f: setattr(f, "schema_listed", [True, False]),
+    # The owner no longer lists the ledger, Pulsar's metadata store still does for one more check.
+    "store_listed_then_deleted": lambda f: setattr(f, "store_listed", [True, True, False]),
     # The second message joins while check_topic stalls and asks for the check the first did not.
     "joined_asks_check": lambda f: (
         setattr(f, "first_check_stalls_seconds", 1.0),

@@ -78,6 +78,9 @@ class Fakes:
         default_factory=dict
     )  # before ``verdicts``, by request topic
     schema_listed: list[bool] = field(default_factory=lambda: [False])  # verify's schema_referenced, in turn
+    store_listed: list[bool] = field(
+        default_factory=lambda: [False]
+    )  # verify's metadata store listing, in turn
     delete_statuses: list[DeleteBkLedgerStatus] = field(
         default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
     )
@@ -115,12 +118,16 @@ class Fakes:
                 fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
             )
             listed = fakes.schema_listed.pop(0) if len(fakes.schema_listed) > 1 else fakes.schema_listed[0]
+            in_store = fakes.store_listed.pop(0) if len(fakes.store_listed) > 1 else fakes.store_listed[0]
             return VerifyBkMetadataResult(
                 verdict,
                 znode_version=fakes.calls["verify_bk_metadata"],
                 reason="listed by the schema locator" if listed else verdict.value,
                 schema_referenced=listed,
                 bk_copy_released=inp.check_bk_copy_released and fakes.bk_copy_released,
+                metadata_store_listing="its managed ledger lists it in Pulsar's metadata store"
+                if in_store
+                else "",
             )
 
         @activity.defn(name="check_offload_superseded")
@@ -296,6 +303,55 @@ async def test_in_use_check_skipped_when_request_says_so(harness: Harness) -> No
     result = await harness.run(data_request(check_ledger_still_in_use=False))
     assert result.outcome is Outcome.DELETED
     assert harness.fakes.calls["ask_owner_broker"] == 0
+
+
+async def test_ledger_the_metadata_store_still_lists_is_kept_though_its_owner_dropped_it(
+    harness: Harness,
+) -> None:
+    """The owner answers from memory, which a trim updates before the store; a failed store write leaves the
+    ledger listed there, and the next owner loads it from there."""
+    harness.fakes.store_listed = [True]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert "metadata store" in result.reason
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
+    assert harness.fakes.calls["ask_owner_broker"] == 3
+    # the first round, then the store read again after each of the owner's three answers
+    assert harness.fakes.calls["verify_bk_metadata"] == 4
+    assert result.messages_acked == 1
+
+
+async def test_ledger_the_metadata_store_drops_during_grace_is_deleted(harness: Harness) -> None:
+    harness.fakes.store_listed = [True, True, False]  # the store write lands during the grace
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    # compare-and-delete uses the version of the verification that found it no longer listed
+    assert harness.fakes.delete_versions == [3]
+
+
+async def test_a_listing_read_before_the_owners_answer_is_read_again(harness: Harness) -> None:
+    """The first round reads the store before the owner is asked: a trim in between is no reason to wait."""
+    harness.fakes.store_listed = [True, False]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED
+    assert harness.fakes.calls["ask_owner_broker"] == 1
+    assert harness.fakes.delete_versions == [2]
+
+
+@pytest.mark.parametrize(
+    "request_changes", [{}, {"check_ledger_still_in_use": False}], ids=["topic-gone", "no-check-asked"]
+)
+async def test_ledger_the_metadata_store_lists_is_kept_without_an_owner_to_ask(
+    harness: Harness, request_changes: dict[str, object]
+) -> None:
+    """With the topic gone, or no in-use check asked for, the owner is not asked; the store still counts."""
+    harness.fakes.topic_exists = bool(request_changes)  # gone unless the request waives the check
+    harness.fakes.store_listed = [True]
+    result = await harness.run(data_request(**request_changes))
+    assert result.outcome is Outcome.SKIPPED_IN_USE
+    assert harness.fakes.calls["ask_owner_broker"] == 0
+    assert harness.fakes.calls["verify_bk_metadata"] == 3  # first check + 2 re-checks
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
 
 
 @pytest.mark.parametrize(
@@ -477,6 +533,28 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
     else:
         assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
     assert sorted(harness.fakes.acked) == ["first", "second"]
+
+
+async def test_a_message_arriving_after_an_in_use_decision_began_is_decided_again(harness: Harness) -> None:
+    """The broker's metadata update after its first send failed, so the ledger stayed listed and the run
+    keeps it; the broker's next trim sends the request again, and that update succeeds. The new message
+    joins while the run still waits: answers given before it arrived say nothing about it, so it gets a
+    decision of its own, which deletes."""
+    harness.fakes.in_use_answers = [True, True, True, False]
+    request = data_request()
+    handle = await harness.start(request)
+
+    async def asked_once() -> None:
+        while harness.fakes.calls["ask_owner_broker"] < 1:
+            await asyncio.sleep(0.02)
+
+    await asyncio.wait_for(asked_once(), timeout=10)
+    await handle.signal(ADD_MESSAGE_SIGNAL, MessageRef("sent-again", harness.queue, request=request))
+    result = await asyncio.wait_for(handle.result(), timeout=30)
+    assert [d.outcome for d in result.decisions] == [Outcome.SKIPPED_IN_USE, Outcome.DELETED]
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["delete_bk_ledger"] == 1
+    assert harness.fakes.calls["ask_owner_broker"] == 4
+    assert "sent-again" in harness.fakes.acked and result.messages_acked == 2
 
 
 FORGED_TOPIC = "public/default/not-the-owner"
