@@ -17,6 +17,7 @@ from ledger_deletion.contracts import (
     CheckTopicInput,
     CheckTopicResult,
 )
+from ledger_deletion.errors import AdminApiUnavailable
 from ledger_deletion.formats.managed_ledger import ledger_list_digest
 
 
@@ -29,10 +30,31 @@ class PulsarAdminActivities:
     def check_topic(self, inp: CheckTopicInput) -> CheckTopicResult:
         # A partition or non-partitioned topic has a managed ledger; the base name of a partitioned topic
         # (schema ledgers are requested under it) exists when its partition metadata does.
-        if self._admin.internal_info(inp.topic_name).found:
+        info = self._admin.internal_info(inp.topic_name, unmapped_500_ok=True)
+        if info.found:
             return CheckTopicResult(exists=True)
+        if info.unmapped_500:
+            return self._settle_unmapped_500(inp.topic_name, info.unmapped_500)
         partitions = self._admin.partitions(inp.topic_name)
         return CheckTopicResult(exists=partitions > 0, partitions=partitions)
+
+    def _settle_unmapped_500(self, topic_name: str, failure: str) -> CheckTopicResult:
+        """internal-info failed with an unmapped exception: how a broker answers for a managed ledger that
+        does not exist (``PulsarAdminClient.internal_info``), and for a metadata-store timeout alike. That
+        500 never says "gone" by itself: only Pulsar's own 404 for the topic's partitioned metadata, which
+        a broker since 2.8 answers after finding no managed ledger, does. Anything else is retried.
+        """
+        count = self._admin.partition_count(topic_name)
+        if count is None:
+            return CheckTopicResult(exists=False)
+        if count > 0:
+            return CheckTopicResult(exists=True, partitions=count)
+        # 0 partitions: the broker says a non-partitioned topic exists (or is older than 2.8 and cannot
+        # tell), yet could not read its managed ledger.
+        raise AdminApiUnavailable(
+            f"internal-info of {topic_name[:80]} failed ({failure}) and its partitioned metadata does not "
+            "say the topic is gone (0 partitions)"
+        )
 
     @activity.defn(name="ask_owner_broker")
     @translate_errors

@@ -3,10 +3,11 @@
 No Pulsar broker can run here (pulsar-lite has no admin API), so this small Flask app answers ``partitions``,
 ``internal-info`` and ``internalStats`` from the metadata a broker keeps in ZooKeeper (``/managed-ledgers``,
 ``/schemas``, ``/admin/partitioned-topics``, BK ledger znodes), with the response shapes of Pulsar's
-``PersistentTopics`` endpoints (reference: ``pulsar-bk-internals.md`` §6). It plays two brokers: each topic
-is owned by ``brokers[crc32(full topic name) % 2]``, and the other broker answers ``internalStats`` with a
-307 to the owner, as ``validateTopicOwnershipAsync`` does. Optional bearer-token auth on every request shows
-that a client keeps its token across that redirect.
+``PersistentTopics`` endpoints (reference: ``pulsar-bk-internals.md`` §6), errors included: a topic without
+a managed ledger gets internal-info's bare 500 and the partitioned metadata's 404, as from a broker since
+2.8 (through 4.x). It plays two brokers: each topic is owned by ``brokers[crc32(full topic name) % 2]``, and
+the other broker answers ``internalStats`` with a 307 to the owner, as ``validateTopicOwnershipAsync`` does.
+Optional bearer-token auth on every request shows that a client keeps its token across that redirect.
 
 What a broker knows only in memory (counters, read positions, the open ledger) is derived from the stored
 metadata or left at neutral values. Dev/test tooling, not product code.
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import signal
 import threading
 import zlib
@@ -57,6 +59,13 @@ ACCEPT_BACKLOG = 1024
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
 TOPIC_NOT_FOUND = {"reason": "Topic not found"}
+PARTITION_NAME = re.compile(r"-partition-\d+$")  # TopicName.isPartitioned (PARTITIONED_TOPIC_SUFFIX + index)
+# Jersey 2's servlet ResponseWriter.failure: sendError(500, "Request failed.") for an exception no
+# ExceptionMapper maps; Jetty's ErrorHandler puts the message in its error page.
+UNMAPPED_EXCEPTION_MESSAGE = "Request failed."
+JERSEY_SERVLET = (
+    "org.glassfish.jersey.servlet.ServletContainer-6d4e5011"  # ServletHolder's name, as Jetty shows it
+)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -83,6 +92,14 @@ class TopicRef:
     @property
     def full_name(self) -> str:
         return f"persistent://{self.name}"
+
+    @property
+    def topic_name(self) -> str:
+        """``TopicName.toString()``: the full name, local part decoded, as Pulsar's messages show it."""
+        return f"persistent://{self.namespace}/{unquote_plus(self.local)}"
+
+    def partition(self, index: int) -> TopicRef:
+        return TopicRef(self.namespace, f"{self.local}-partition-{index}")
 
     @property
     def managed_ledger_path(self) -> str:
@@ -314,6 +331,9 @@ class MetadataReader:
             return 0
         return int(json.loads(data or b"{}").get("partitions", 0))
 
+    def managed_ledger_exists(self, topic: TopicRef) -> bool:
+        return self.zk.exists(topic.managed_ledger_path) is not None
+
     def managed_ledger(self, topic: TopicRef) -> LedgerRecord | None:
         try:
             data, stat = self.zk.get(topic.managed_ledger_path)
@@ -377,6 +397,45 @@ def _error(status: int, reason: str) -> Response:
     response = jsonify({"reason": reason})
     response.status_code = status
     return response
+
+
+def _unmapped_exception() -> Response:
+    """A broker's answer when a resource resumes with an exception nothing maps: Jersey's sendError(500,
+    "Request failed.") rendered by Jetty 9.4's ErrorHandler, in the first type the Accept header allows."""
+    uri = _raw_path()
+    for accepted in (part.split(";")[0].strip() for part in request.headers.get("Accept", "*/*").split(",")):
+        if accepted in ("application/json", "text/json"):
+            fields = {
+                "url": uri,
+                "status": "500",
+                "message": UNMAPPED_EXCEPTION_MESSAGE,
+                "servlet": JERSEY_SERVLET,
+            }
+            return Response(json.dumps(fields), status=500, content_type="application/json")
+        if accepted in ("text/html", "text/*", "*/*"):
+            rows = (
+                ("URI", uri),
+                ("STATUS", "500"),
+                ("MESSAGE", UNMAPPED_EXCEPTION_MESSAGE),
+                ("SERVLET", JERSEY_SERVLET),
+            )
+            table = "".join(f"<tr><th>{name}:</th><td>{value}</td></tr>\n" for name, value in rows)
+            title = f"500 {UNMAPPED_EXCEPTION_MESSAGE}"
+            page = (
+                f"<html>\n<head>\n<title>Error {title}</title>\n</head>\n"
+                f"<body><h2>HTTP ERROR {title}</h2>\n<table>\n{table}</table>\n\n</body>\n</html>\n"
+            )
+            return Response(page, status=500, content_type="text/html;charset=iso-8859-1")
+    return Response(status=500)  # nothing acceptable: Jetty sends no page
+
+
+def _exception_data(exception: str, message: str) -> str:
+    """``RestException.getExceptionData``: the reason of a 500 for an exception Pulsar wraps itself (the
+    stack trace's frames left out)."""
+    return (
+        "\n --- An unexpected error occurred in the server ---\n\n"
+        f"Message: {message}\n\nStacktrace:\n\n{exception}: {message}\n"
+    )
 
 
 def _raw_path() -> str:
@@ -451,12 +510,36 @@ def create_app(
         return view
 
     def partitions(topic: TopicRef) -> Response:
-        return jsonify({"partitions": reader.partitions(topic)})
+        count = reader.partitions(topic)
+        # internalGetPartitionedMetadataAsync (2.8+): without auto-creation (checkAllowAutoCreation=false,
+        # the default) 0 partitions are answered only for an existing non-partitioned topic
+        # (checkNonPartitionedTopicExists: its managed ledger's znode), else Pulsar's 404.
+        auto_create = request.args.get("checkAllowAutoCreation", "false").lower() == "true"
+        if count == 0 and not auto_create and not reader.managed_ledger_exists(topic):
+            return _error(404, f"Topic {topic.topic_name} not found")  # getTopicNotFoundErrorMessage
+        return jsonify({"partitions": count})
 
     def internal_info(topic: TopicRef) -> Response:
-        ml = reader.managed_ledger(topic)  # read from the metadata store: no owner check, as in Pulsar
+        # internalGetManagedLedgerInfo: read from the metadata store, no owner check. A base name with
+        # partitioned metadata is answered from each partition's internal-info (PartitionedManagedLedgerInfo).
+        if not PARTITION_NAME.search(topic.local) and (count := reader.partitions(topic)) > 0:
+            infos: dict[str, Any] = {}
+            for part in (topic.partition(i) for i in range(count)):
+                ml = reader.managed_ledger(part)
+                if ml is None:
+                    # The partition's own answer is the bare 500 below; the admin client makes it a
+                    # ServerSideErrorException ("HTTP 500 Server Error", apache/pulsar#19168) that the base
+                    # name's handler reports as RestException(t).
+                    exception = "org.apache.pulsar.client.admin.PulsarAdminException$ServerSideErrorException"
+                    return _error(500, _exception_data(exception, "HTTP 500 Server Error"))
+                infos[part.topic_name] = internal_info_body(ml, reader.cursors(part))
+            return jsonify({"version": 0, "partitions": infos})
+        ml = reader.managed_ledger(topic)
         if ml is None:
-            return _error(404, TOPIC_NOT_FOUND["reason"])
+            # internalGetManagedLedgerInfoForNonPartitionedTopic: getInfoFailed resumes the request with the
+            # raw MetadataNotFoundException("Managed ledger not found"), which no ExceptionMapper maps
+            # (apache/pulsar#17121, still so in 4.x): a 500 without Pulsar's error body, never a 404.
+            return _unmapped_exception()
         return jsonify(internal_info_body(ml, reader.cursors(topic)))
 
     def internal_stats(topic: TopicRef) -> Response:

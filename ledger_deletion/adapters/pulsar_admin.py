@@ -25,12 +25,22 @@ from ledger_deletion.errors import (
 
 REDIRECT_CODES = {301, 302, 303, 307, 308}
 
+# What a broker sends when a resource resumes its AsyncResponse with an exception no ExceptionMapper maps
+# (Pulsar's WebService.addResourceServlet registers none but UnrecognizedPropertyExceptionMapper): Jersey 2's
+# servlet ResponseWriter.failure calls sendError(500, "Request failed.") and Jetty's ErrorHandler renders that
+# message in its error page (HTML; JSON {"message": ...} for Accept: application/json). No Pulsar "reason",
+# nothing of the exception.
+UNMAPPED_EXCEPTION_MESSAGE = "Request failed."
+
 
 @dataclass(frozen=True)
 class AdminResponse:
     found: bool
     body: Any = None
     served_by: str = ""  # base URL of the broker that answered (the owner, after redirects)
+    # Only from ``internal_info(..., unmapped_500_ok=True)``: the broker failed with an unmapped exception
+    # (what it says, for the error message). Then ``found`` is False, but the topic was not found missing.
+    unmapped_500: str = ""
 
 
 @dataclass
@@ -60,23 +70,43 @@ class PulsarAdminClient:
     # --- calls ---------------------------------------------------------------------------------------------
 
     def partitions(self, topic_name: str) -> int:
-        """Number of partitions of a partitioned topic; 0 for a non-partitioned or missing topic.
+        """Number of partitions of a partitioned topic; 0 for a non-partitioned or missing topic."""
+        return self.partition_count(topic_name) or 0
+
+    def partition_count(self, topic_name: str) -> int | None:
+        """Number of partitions of a partitioned topic, 0 for a non-partitioned one; None when Pulsar answers
+        its own 404.
+
+        With ``checkAllowAutoCreation=false`` a broker since 2.8 (apache/pulsar#10601; 3.x/4.x
+        ``PersistentTopicsBase.internalGetPartitionedMetadataAsync``) answers 0 only for a non-partitioned
+        topic whose managed ledger exists (``checkNonPartitionedTopicExists`` →
+        ``TopicResources.persistentTopicExists``), and otherwise 404 ``Topic <name> not found``. An older
+        broker answers 0 for a missing topic too.
 
         Raises:
             AdminApiUnavailable: a 200 without Pulsar's ``{"partitions": N}`` (a proxy's empty answer would
-                otherwise read as "no such topic" and skip the in-use check).
+                otherwise read as "no such topic" and skip the in-use check), or a 404 that is not Pulsar's.
         """
         response = self._get(f"{topic_path(topic_name)}/partitions", {"checkAllowAutoCreation": "false"})
         if not response.found:
-            return 0
+            return None
         body = response.body
         if not isinstance(body, dict) or not isinstance(body.get("partitions"), int):
             raise AdminApiUnavailable(f"partitioned metadata of {topic_name[:80]} has no partition count")
         return int(body["partitions"])
 
-    def internal_info(self, topic_name: str) -> AdminResponse:
-        """ManagedLedgerInfo from the metadata store (no owner check)."""
-        return self._get(f"{topic_path(topic_name)}/internal-info", {})
+    def internal_info(self, topic_name: str, *, unmapped_500_ok: bool = False) -> AdminResponse:
+        """ManagedLedgerInfo from the metadata store (no owner check).
+
+        A broker answers this for a managed ledger that does not exist with a 500, not a 404:
+        ``PersistentTopicsBase.internalGetManagedLedgerInfoForNonPartitionedTopic`` resumes the request with
+        ``getInfoFailed``'s raw ``ManagedLedgerException`` (``MetadataNotFoundException("Managed ledger not
+        found")`` from ``MetaStoreImpl.getManagedLedgerInfo``), which nothing maps (apache/pulsar#17121;
+        unchanged in 2.10 through 4.x). Any other exception on that path (a metadata-store timeout) gets the
+        same answer, so it tells nothing about the topic. With ``unmapped_500_ok`` that answer comes back as
+        ``unmapped_500`` for the caller to settle another way; without it, it raises like any other 500.
+        """
+        return self._get(f"{topic_path(topic_name)}/internal-info", {}, unmapped_500_ok=unmapped_500_ok)
 
     def internal_stats(self, topic_name: str) -> AdminResponse:
         """The owner broker's view of the topic (follows 307 to the owner)."""
@@ -86,7 +116,7 @@ class PulsarAdminClient:
 
     # --- transport -----------------------------------------------------------------------------------------
 
-    def _get(self, path: str, params: dict[str, str]) -> AdminResponse:
+    def _get(self, path: str, params: dict[str, str], *, unmapped_500_ok: bool = False) -> AdminResponse:
         url = urljoin(self.base_url.rstrip("/") + "/", path.lstrip("/"))
         first = urlsplit(url)
         query: dict[str, str] | None = params
@@ -110,7 +140,7 @@ class PulsarAdminClient:
                         f"refusing to follow redirect to untrusted {urlsplit(url).netloc}"
                     )
                 continue
-            return self._interpret(response, url)
+            return self._interpret(response, url, unmapped_500_ok=unmapped_500_ok)
         raise AdminApiUnavailable(f"more than {self.max_redirects} redirects for {path}")
 
     def _may_send_token(self, first: Any, target: Any) -> bool:
@@ -119,10 +149,16 @@ class PulsarAdminClient:
         return bool(target.hostname == first.hostname or target.hostname in self.trusted_hosts)
 
     @staticmethod
-    def _interpret(response: httpx.Response, url: str) -> AdminResponse:
+    def _interpret(response: httpx.Response, url: str, *, unmapped_500_ok: bool = False) -> AdminResponse:
         parts = urlsplit(url)
         served_by = f"{parts.scheme}://{parts.netloc}"
         status = response.status_code
+        if status == 500 and unmapped_500_ok and _is_unmapped_exception(response):
+            return AdminResponse(
+                found=False,
+                served_by=served_by,
+                unmapped_500=f"{parts.netloc} answered 500 {UNMAPPED_EXCEPTION_MESSAGE!r}",
+            )
         if status == 404:
             if _is_pulsar_error(response):
                 return AdminResponse(found=False, served_by=served_by)
@@ -154,6 +190,15 @@ def _is_pulsar_error(response: httpx.Response) -> bool:
     except ValueError:
         return False
     return isinstance(body, dict) and isinstance(body.get("reason"), str)
+
+
+def _is_unmapped_exception(response: httpx.Response) -> bool:
+    """Is this the broker's answer to an exception nothing maps (see ``UNMAPPED_EXCEPTION_MESSAGE``)?
+
+    Pulsar's own errors (``RestException``) carry ``{"reason": ...}`` and are not this; nor is a proxy's 500
+    page, which lacks Jersey's message.
+    """
+    return not _is_pulsar_error(response) and UNMAPPED_EXCEPTION_MESSAGE in response.text
 
 
 def topic_path(topic_name: str) -> str:

@@ -2,6 +2,10 @@
 
 A proxy, an ingress with a wrong path prefix or a broker without the endpoint also answer 404, with an HTML
 page or an empty body. Taking that for "no such topic" would delete ledgers the owner broker still lists.
+
+A real broker answers internal-info for a managed ledger that does not exist with a bare 500 (an exception
+no ExceptionMapper maps, apache/pulsar#17121), the same answer as for a metadata-store timeout on that path:
+the topic is then gone only if Pulsar's partitioned-metadata endpoint answers its own 404.
 """
 
 from collections.abc import Iterator
@@ -14,16 +18,33 @@ from temporalio.testing import ActivityEnvironment
 from activities.pulsar_admin import PulsarAdminActivities
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.contracts import AskOwnerBrokerInput, CheckTopicInput
+from ledger_deletion.errors import AdminApiUnavailable
 from tests.unit.admin_stub import AdminHandler, serving
 
 TOPIC = "public/default/orders-partition-0"
 PULSAR_404 = (b'{"reason":"Topic not found"}', "application/json")
+# What a 2.10-4.x broker (Jersey 2 on Jetty) sends for internal-info of a missing managed ledger: Jersey's
+# sendError(500, "Request failed.") as Jetty's error page, JSON for Accept: application/json.
+UNMAPPED_500_JSON = (
+    b'{"servlet":"org.glassfish.jersey.servlet.ServletContainer-6d4e5011","message":"Request failed.",'
+    b'"url":"/admin/v2/persistent/public/default/orders-partition-0/internal-info","status":"500"}',
+    "application/json",
+)
+UNMAPPED_500_HTML = (  # the same page for a client that accepts HTML
+    b"<html>\n<head>\n<title>Error 500 Request failed.</title>\n</head>\n<body><h2>HTTP ERROR 500 "
+    b"Request failed.</h2>\n<table>\n<tr><th>URI:</th><td>/admin/v2/persistent/public/default/"
+    b"orders-partition-0/internal-info</td></tr>\n</table>\n</body>\n</html>\n",
+    "text/html;charset=iso-8859-1",
+)
+# internalGetPartitionedMetadataAsync (2.8+) after checkNonPartitionedTopicExists found no managed ledger.
+PARTITIONS_PULSAR_404 = b'{"reason":"Topic persistent://public/default/orders-partition-0 not found"}'
 
 
 class _NotFoundServer(ThreadingHTTPServer):
     daemon_threads = True
     status = 404
     body, content_type = PULSAR_404
+    partitions_status = 200
     partitions_body = b'{"partitions":0}'
 
 
@@ -32,8 +53,8 @@ class _Handler(AdminHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
         if self.path.split("?")[0].endswith("/partitions"):
-            # Pulsar answers partitioned metadata of a missing topic with 0 partitions.
-            self.reply(200, self.server.partitions_body)
+            # 0 partitions by default: a broker before 2.8 says so for a missing topic too.
+            self.reply(self.server.partitions_status, self.server.partitions_body)
         else:
             self.reply(self.server.status, self.server.body, self.server.content_type)
 
@@ -80,6 +101,92 @@ def test_any_other_404_is_an_admin_api_we_cannot_read(
             call()
         # Retried like any unreachable admin API, then dead-lettered: never taken as "topic gone".
         assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+@pytest.mark.parametrize("answer", [UNMAPPED_500_JSON, UNMAPPED_500_HTML], ids=["json", "html"])
+def test_real_pulsars_answers_for_a_missing_managed_ledger_mean_the_topic_is_gone(
+    server: _NotFoundServer, activities: PulsarAdminActivities, answer: tuple[bytes, str]
+) -> None:
+    """internal-info's bare 500, then the partitioned metadata's Pulsar 404: what a real broker says for a
+    deleted topic. Before, the 500 was retried and the request dead-lettered, never decided."""
+    server.status, (server.body, server.content_type) = 500, answer
+    server.partitions_status, server.partitions_body = 404, PARTITIONS_PULSAR_404
+    result = ActivityEnvironment().run(activities.check_topic, CheckTopicInput(TOPIC))
+    assert (result.exists, result.partitions) == (False, 0)
+
+
+def test_a_partitioned_topic_behind_the_bare_500_exists(
+    server: _NotFoundServer, activities: PulsarAdminActivities
+) -> None:
+    server.status, (server.body, server.content_type) = 500, UNMAPPED_500_JSON
+    server.partitions_body = b'{"partitions":3}'
+    result = ActivityEnvironment().run(activities.check_topic, CheckTopicInput("public/default/orders"))
+    assert (result.exists, result.partitions) == (True, 3)
+
+
+@pytest.mark.parametrize(
+    ("partitions_status", "partitions_body", "reason"),
+    [
+        # A non-partitioned topic that exists (a 2.8+ broker checked its managed ledger), or a broker before
+        # 2.8 that answers 0 for a missing topic too: the bare 500 was some other failure.
+        (200, b'{"partitions":0}', "does not say the topic is gone"),
+        (
+            404,
+            b"<html><body><h2>HTTP ERROR 404 Not Found</h2></body></html>",
+            "404 without Pulsar's error body",
+        ),
+        (500, b'{"reason":"org.apache.pulsar.metadata.api.MetadataStoreException: timeout"}', "answered 500"),
+    ],
+    ids=["zero-partitions", "proxy-404", "pulsar-500"],
+)
+def test_the_bare_500_without_pulsars_404_for_the_topic_is_retried(
+    server: _NotFoundServer,
+    activities: PulsarAdminActivities,
+    partitions_status: int,
+    partitions_body: bytes,
+    reason: str,
+) -> None:
+    server.status, (server.body, server.content_type) = 500, UNMAPPED_500_JSON
+    server.partitions_status, server.partitions_body = partitions_status, partitions_body
+    with pytest.raises(ApplicationError, match=reason) as raised:
+        ActivityEnvironment().run(activities.check_topic, CheckTopicInput(TOPIC))
+    assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "content_type"),
+    [
+        # Pulsar's own 500 (RestException): a failure Pulsar knew, not the missing managed ledger.
+        (500, b'{"reason":"\\n --- An unexpected error occurred in the server ---"}', "application/json"),
+        (500, b"<html><body><h2>502 Bad Gateway</h2></body></html>", "text/html"),  # a proxy's 500 page
+        (500, b"", "text/plain"),
+        (503, UNMAPPED_500_JSON[0], "application/json"),  # Jersey's words, but not its status
+    ],
+    ids=["pulsar-reason", "proxy-page", "empty", "503"],
+)
+def test_any_other_failure_of_internal_info_is_retried_whatever_the_partitions_say(
+    server: _NotFoundServer, activities: PulsarAdminActivities, status: int, body: bytes, content_type: str
+) -> None:
+    """Only the bare 500 a missing managed ledger produces leads to the second question: even with Pulsar's
+    404 waiting on the partitions endpoint, any other failure is retried."""
+    server.status, server.body, server.content_type = status, body, content_type
+    server.partitions_status, server.partitions_body = 404, PARTITIONS_PULSAR_404
+    with pytest.raises(ApplicationError, match=f"answered {status}") as raised:
+        ActivityEnvironment().run(activities.check_topic, CheckTopicInput(TOPIC))
+    assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+def test_the_bare_500_is_no_answer_to_callers_that_did_not_ask_for_it(server: _NotFoundServer) -> None:
+    """``internal_info`` without ``unmapped_500_ok`` raises on it, as on any 500: no caller can read its
+    ``found=False`` as "not found" by mistake."""
+    server.status, (server.body, server.content_type) = 500, UNMAPPED_500_JSON
+    client = PulsarAdminClient(f"http://127.0.0.1:{server.server_port}", timeout_seconds=5)
+    try:
+        with pytest.raises(AdminApiUnavailable, match="answered 500"):
+            client.internal_info(TOPIC)
+        assert client.internal_info(TOPIC, unmapped_500_ok=True).unmapped_500
+    finally:
+        client.close()
 
 
 @pytest.mark.parametrize(
