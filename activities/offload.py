@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from temporalio import activity
 
 from activities._boundary import translate_errors
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.contracts import DeleteOffloadInput, DeleteOffloadResult, Outcome
-from ledger_deletion.errors import DeletionNotConfirmed, InvalidRequestError, UnsupportedOffloadDriver
+from ledger_deletion.errors import (
+    ConfigurationError,
+    DeletionNotConfirmed,
+    InvalidRequestError,
+    UnsupportedOffloadDriver,
+)
 from ledger_deletion.formats.offload_keys import (
     MANAGED_LEDGER_NAME_TAG,
     ROLE_TAG,
+    ObjectStoreLocation,
     object_role,
     offload_keys_for_context,
 )
@@ -24,9 +30,19 @@ S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
 
 
 class OffloadActivities:
-    def __init__(self, store: ObjectStore, default_bucket: str) -> None:
+    def __init__(self, store: ObjectStore, default_bucket: str, endpoint_aliases: Iterable[str] = ()) -> None:
+        """``endpoint_aliases``: other URLs of ``store``'s endpoint that driver metadata may name
+        (``LEDGER_DELETION_S3_ENDPOINT_ALIASES``).
+
+        Raises:
+            ConfigurationError: the store's endpoint or an alias is not an http(s) URL.
+        """
         self._store = store
         self._default_bucket = default_bucket
+        try:
+            self._location = ObjectStoreLocation(store.endpoint_url, store.region, tuple(endpoint_aliases))
+        except ValueError as exc:
+            raise ConfigurationError(f"S3 endpoint: {exc}") from None
 
     @activity.defn(name="delete_offload_segment")
     @translate_errors
@@ -75,6 +91,18 @@ class OffloadActivities:
         for driver in drivers:
             if driver is not None and driver.name not in S3_DRIVERS:
                 raise UnsupportedOffloadDriver(f"offload driver {driver.name!r} is not S3-compatible")
+        for driver in drivers:
+            # The keys are only looked up in the store our client reaches. For an offload in another store (a
+            # namespace's offload policy pointing elsewhere) every HEAD here answers 404, which would ack the
+            # request as ALREADY_DELETED and orphan the objects for good. Refused like a non-S3 driver: the
+            # error is permanent, so the request is dead-lettered at its first attempt, nothing deleted.
+            problem = self._location.refusal(driver)
+            if problem:
+                raise UnsupportedOffloadDriver(
+                    f"{problem}, not the object store this service deletes from, "
+                    f"{self._location.describe()}; nothing deleted (if it is the same store under another "
+                    "name, list that URL in LEDGER_DELETION_S3_ENDPOINT_ALIASES)"
+                )
         targets = offload_keys_for_context(offload, ledger_id, self._default_bucket)
         if not targets:
             raise InvalidRequestError("offloadContext yields no object keys")

@@ -115,7 +115,9 @@ class Pip186Consumer:
             settings.pulsar_metadata_hosts, settings.zookeeper_timeout_seconds
         )
         self.bk = BookKeeperActivities(store, pulsar_metadata)
-        self.offload = OffloadActivities(object_store(settings, concurrency), settings.offload_bucket)
+        self.offload = OffloadActivities(
+            object_store(settings, concurrency), settings.offload_bucket, settings.s3_endpoint_alias_list
+        )
         self.resubscribe_idle_seconds = resubscribe_idle_seconds
         self.resubscribed = 0
         self.handling = 0  # messages submitted and not yet acked, reconsumed or dead-lettered

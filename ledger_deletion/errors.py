@@ -106,7 +106,8 @@ class AuthorizationError(PermanentError):
 
 
 class UnsupportedOffloadDriver(PermanentError):
-    """The offload driver named in the OffloadContext is not one this service can delete from."""
+    """The offload driver named in the OffloadContext is not one this service can delete from: not S3, or an
+    S3 endpoint or region other than the object store this service is configured for."""
 
 
 class ConfigurationError(PermanentError):

@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger_deletion.contracts import Step
 from ledger_deletion.errors import ConfigurationError
+from ledger_deletion.formats.offload_keys import normalise_endpoint
 
 DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
@@ -106,6 +107,10 @@ class Settings(BaseSettings):
     # Tiered storage (S3-compatible). Empty endpoint = AWS default chain and endpoints.
     s3_endpoint: str = "http://127.0.0.1:19000"
     s3_region: str = "us-east-1"
+    # Other URLs of that same endpoint, comma-separated, as brokers may name it in an offload's driver
+    # metadata (serviceEndpoint): a proxy, a load balancer, another DNS name. An offload whose metadata names
+    # any other endpoint, or another region, is refused (dead-lettered): its objects are not in our store.
+    s3_endpoint_aliases: str = ""
     offload_bucket: str = "pulsar-offload"
 
     # Retry / grace policy (PIP-186 defaults)
@@ -158,6 +163,13 @@ class Settings(BaseSettings):
     def _known_retried_steps(cls, value: dict[str, StepRetry]) -> dict[str, StepRetry]:
         return _known_steps(value, RETRIED_STEPS)
 
+    @field_validator("s3_endpoint_aliases")
+    @classmethod
+    def _endpoint_urls(cls, value: str) -> str:
+        for alias in _split(value):
+            normalise_endpoint(alias)  # raises ValueError, which pydantic reports against the variable
+        return value
+
     @field_validator("step_timeout_seconds")
     @classmethod
     def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
@@ -167,6 +179,10 @@ class Settings(BaseSettings):
     def pulsar_token_value(self) -> str | None:
         """The Pulsar token in clear, for the clients that send it (``None``: no authentication)."""
         return self.pulsar_token.get_secret_value() if self.pulsar_token else None
+
+    @property
+    def s3_endpoint_alias_list(self) -> tuple[str, ...]:
+        return _split(self.s3_endpoint_aliases)
 
     @property
     def pulsar_metadata_hosts(self) -> str:
@@ -195,6 +211,10 @@ class Settings(BaseSettings):
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests, CLI flags)."""
         return self.model_copy(update=changes)
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
 
 
 def _known_steps(value: dict[str, Any], steps: frozenset[str]) -> dict[str, Any]:

@@ -436,6 +436,8 @@ SOAK_PROXY_PORT = 25901
 def soak_settings(endpoints: StackEndpoints, proxy_url: str, run_id: str) -> Settings:
     return endpoints.settings(
         s3_endpoint=proxy_url,
+        # The offload driver metadata the cluster writes names moto itself: the proxy is the same store.
+        s3_endpoint_aliases=endpoints.s3_endpoint,
         topic=f"persistent://pulsar/system/__ledger_deletion_soak_{run_id}",
         task_queue_prefix=f"ld-soak-{run_id}",
         # Retries outlast every injected fault (longest: ~15 s incl. restart), as production's 10 x up to

@@ -147,7 +147,9 @@ async def run_pools(
             )
         if "offload" in wanted:
             offload = OffloadActivities(
-                object_store(settings, settings.offload_concurrency), settings.offload_bucket
+                object_store(settings, settings.offload_concurrency),
+                settings.offload_bucket,
+                settings.s3_endpoint_alias_list,
             )
             host("offload", [offload.delete_offload_segment], settings.offload_concurrency)
         ingest_task: asyncio.Task[None] | None = None

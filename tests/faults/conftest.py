@@ -86,6 +86,8 @@ def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Setti
     proxy.come_back()
     return endpoints.settings(
         s3_endpoint=proxy.url,
+        # The offload driver metadata the cluster writes names moto itself: the proxy is the same store.
+        s3_endpoint_aliases=endpoints.s3_endpoint,
         topic=f"persistent://pulsar/system/__ledger_deletion_fault_{run}",
         task_queue_prefix=f"ld-fault-{run}",
         # Retries outlast every fault these tests inject (≤ ~15 s): a transient fault must end in deletion,

@@ -115,6 +115,7 @@ async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
         topic=f"{settings.topic}-broken",
         task_queue_prefix=f"{settings.task_queue_prefix}-broken",
         s3_endpoint="http://127.0.0.1:9",  # discard port: connection refused
+        s3_endpoint_aliases=stack.s3_endpoint,  # the store the offload names, unreachable from this pool
         max_attempts=2,
     )
     cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
