@@ -7,6 +7,10 @@ crashes on input. So do valid requests Temporal can never take (too large once e
 INVALID_ARGUMENT), and messages whose handling failed with an error nobody foresaw: every message held here
 ends bound to its workflow or in the dead-letter topic, never held with nothing left to settle it.
 
+An end-to-end encrypted message (the service holds no private key) is dead-lettered unread, failed step
+``decrypt``, with its encryption context in the dead letter's properties: never decoded, since ciphertext can
+pass for a valid request now and then.
+
 Only the system topic is the broker's alone. A message from any other deletion topic (a namespace's own,
 tenant isolation) may name only that namespace and always gets the in-use check
 (``tenancy.confine_to_topic``); one naming another namespace is dead-lettered (failed step ``tenant``) and no
@@ -20,7 +24,9 @@ can ack it), the loop closes its consumer and subscribes a fresh one.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -50,6 +56,7 @@ from ledger_deletion.errors import (
 )
 from ledger_deletion.formats.avro import decode_request, encode_request
 from ledger_deletion.observability import ingest as observability
+from ledger_deletion.observability import metrics, tracing
 from ledger_deletion.observability.ingest import observe_receive
 from ledger_deletion.request import PendingDeleteLedgerInfo, same_decision
 from ledger_deletion.tenancy import confine_to_topic, is_system_topic
@@ -73,6 +80,8 @@ MAX_WORKFLOW_INPUT_BYTES = 1024 * 1024
 # RESOURCE_EXHAUSTED (rate limits), FAILED_PRECONDITION (namespace not active during a failover, client
 # version), NOT_FOUND on a start (namespace), PERMISSION_DENIED/UNAUTHENTICATED (credentials), UNIMPLEMENTED.
 REJECTING_STATUSES = frozenset({RPCStatusCode.INVALID_ARGUMENT})
+# Dead-letter properties recording how an undecryptable payload was encrypted (``_encryption_properties``).
+ENCRYPTION_PROPERTY = "ledger-deletion.encryption."
 
 
 def _refuses_the_request(exc: RPCError) -> bool:
@@ -201,7 +210,10 @@ class Ingestor:
         that ended with its message in neither state would leave it held for ever (and block resubscribing).
         """
         try:
-            await self._hand_off(message, key)
+            if _undecryptable(message):
+                await self._dead_letter_undecryptable(message, key)
+            else:
+                await self._hand_off(message, key)
         except Exception as exc:  # a bug or a failure nobody foresaw: retrying the same input would repeat it
             reason = f"unexpected error in the ingest: {type(exc).__name__}: {exc}"
             log.exception("message %s: %s; dead-lettering it", key, reason)
@@ -213,6 +225,29 @@ class Ingestor:
             except Exception:  # the last resort: Pulsar redelivers it, to this or another consumer
                 log.exception("message %s: dead-lettering failed too; released for Pulsar to redeliver", key)
                 await asyncio.to_thread(self.pending.release, key)
+
+    async def _dead_letter_undecryptable(self, message: Any, key: str) -> None:
+        """An end-to-end encrypted message this service has no key for: dead-lettered as it came, unread.
+
+        Never decoded: ciphertext can decode as a valid Avro request now and then, which would start a
+        deletion nobody asked for. The dead letter keeps the ciphertext and the encryption context
+        (``_origin``), so whoever holds the private key can decrypt it and send the request again.
+        """
+        # A list (not a dict's keys): the data key, sealed once for each named public key.
+        data_keys = message.encryption_context().keys()
+        names = ", ".join(k.key for k in data_keys)
+        with observe_receive(message, key) as observed:
+            # Counted as received too, as an undecodable message is: PIP-186's "received" is every message.
+            metrics.current().request_received(metrics.Labels(observability.POOL))
+            observability.dead_lettered("decrypt")
+            observed.span.set_attribute(tracing.ATTR_OUTCOME, "DEAD_LETTERED")
+            await self._dead_letter(
+                key,
+                message.data(),
+                _origin(message, key),
+                reason=f"the payload is encrypted end to end (keys: {names}) and this service has no key",
+                step="decrypt",
+            )
 
     async def _hand_off(self, message: Any, key: str) -> None:
         # One span per message (continuing a traceparent in its properties); Temporal's spans nest under it.
@@ -269,8 +304,8 @@ class Ingestor:
         so a closed latest run means its run is closed too. Completed with the message's own request as its
         input: that request was decided, ack it. Completed with another request (the message joined an
         earlier run that ended undecided, or was decided beside the input and its ack failed), terminated,
-        failed, timed out or cancelled: hand it to a new run, which decides it (again: every step is
-        idempotent).
+        failed, timed out, cancelled, or gone (deleted, past retention): hand it to a new run, which decides
+        it (again: every step is idempotent).
         """
         settled = 0
         # In the dead-letter topic already, but their ack failed: no workflow will ack them.
@@ -284,12 +319,18 @@ class Ingestor:
         for key, handoff in self.pending.bound_before(time.monotonic() - held_for):
             try:
                 description = await self.temporal.get_workflow_handle(handoff.workflow_id).describe()
+                status = description.status
             except RPCError as exc:
-                log.debug("sweep: cannot describe %s: %s", handoff.workflow_id, exc)
+                # NOT_FOUND of the namespace, not of the execution, is our setup: a start would fail as well.
+                if exc.status != RPCStatusCode.NOT_FOUND or "namespace" in exc.message.lower():
+                    log.debug("sweep: cannot describe %s: %s", handoff.workflow_id, exc)
+                    continue
+                # No execution at all any more (deleted by an operator, past retention, a restored store):
+                # nothing can have decided the request, so it is handed to a new run like a terminated one.
+                status, description = None, None
+            if status == WorkflowExecutionStatus.RUNNING:
                 continue
-            if description.status == WorkflowExecutionStatus.RUNNING:
-                continue
-            if description.status == WorkflowExecutionStatus.COMPLETED:
+            if description is not None and status == WorkflowExecutionStatus.COMPLETED:
                 try:
                     decided = await self._decided_by(handoff, description.run_id)
                 except RPCError as exc:
@@ -309,7 +350,7 @@ class Ingestor:
             log.warning(
                 "workflow %s ended %s without deciding the request of %s; starting it again",
                 handoff.workflow_id,
-                description.status.name if description.status else "?",
+                status.name if status else "(no execution found)",
                 key,
             )
             try:
@@ -475,11 +516,56 @@ class Ingestor:
 
 
 def _origin(message: Any, key: str) -> dict[str, str]:
-    """A dead letter keeps the message's properties and says where it came from."""
+    """A dead letter keeps the message's properties and says where it came from and how it was written."""
+    # Only the ingest writes encryption properties: a sender's own would pass for the ingest's record.
+    kept = {k: v for k, v in dict(message.properties()).items() if not k.startswith(ENCRYPTION_PROPERTY)}
     return {
-        **dict(message.properties()),
+        **kept,
         "ledger-deletion.origin-topic": message.topic_name(),
         "ledger-deletion.origin-message-id": key,
+        "ledger-deletion.origin-schema-version": _writer_schema_version(message),
+        **_encryption_properties(message.encryption_context()),
+    }
+
+
+def _writer_schema_version(message: Any) -> str:
+    """The version of the schema the producer registered, empty if it had none.
+
+    As a number, the one Pulsar's schema registry knows it by (``pulsar-admin schemas get --version``), read
+    as the client's own AvroSchema reads it to find a writer schema. The public ``Message.schema_version()``
+    returns the version's 8 raw bytes decoded as UTF-8 text, which raises for any version with a byte of 128
+    or more, and would take the dead letter down with it.
+    """
+    try:
+        version = int(message._message.int_schema_version())
+    except Exception:  # a client without that accessor: the dead letter matters more than its version
+        return ""
+    return str(version) if version >= 0 else ""
+
+
+def _undecryptable(message: Any) -> bool:
+    """End-to-end encrypted, and the client could not decrypt it (this service has no key reader)."""
+    context = message.encryption_context()
+    return context is not None and bool(context.is_decryption_failed())
+
+
+def _encryption_properties(context: Any) -> dict[str, str]:
+    """What Pulsar's message metadata says about an encrypted payload, as dead-letter properties (bytes in
+    base64): with the private key this decrypts the dead letter's payload. Empty for a plain message."""
+    if context is None:
+        return {}
+    data_keys = context.keys()  # a list of EncryptionKey, not a dict's keys
+    keys = [
+        {"name": k.key, "value": base64.b64encode(k.value).decode(), "metadata": dict(k.metadata)}
+        for k in data_keys
+    ]
+    return {
+        f"{ENCRYPTION_PROPERTY}algorithm": context.algorithm(),
+        f"{ENCRYPTION_PROPERTY}param": base64.b64encode(context.param()).decode(),
+        f"{ENCRYPTION_PROPERTY}compression-type": context.compression_type().name,
+        f"{ENCRYPTION_PROPERTY}uncompressed-size": str(context.uncompressed_message_size()),
+        f"{ENCRYPTION_PROPERTY}batch-size": str(context.batch_size()),
+        f"{ENCRYPTION_PROPERTY}keys": json.dumps(keys, sort_keys=True),
     }
 
 

@@ -23,13 +23,25 @@ from ledger_deletion.tenancy import tenant_topics, topic_patterns
 PATTERN_DISCOVERY_SECONDS = 60
 
 
-def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size: int) -> Any:
-    """One consumer over every deletion topic of the settings (Shared subscription, from the earliest)."""
-    options: dict[str, Any] = {
+def consumer_options(*, receiver_queue_size: int) -> dict[str, Any]:
+    """How the ingest subscribes to a deletion topic: Shared, from the earliest, undecryptable ones too.
+
+    Anyone allowed to publish to a deletion topic can encrypt end to end, and this service holds no private
+    key. With the client's default (FAIL) such a message is never handed to the application: it would stay
+    unacked on the subscription for ever. CONSUME hands it over still encrypted, with its encryption context,
+    and the ingest dead-letters it unread (failed step ``decrypt``, workers/ingest.py).
+    """
+    return {
         "consumer_type": pulsar.ConsumerType.Shared,
         "initial_position": pulsar.InitialPosition.Earliest,
         "receiver_queue_size": receiver_queue_size,
+        "crypto_failure_action": pulsar.ConsumerCryptoFailureAction.CONSUME,
     }
+
+
+def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size: int) -> Any:
+    """One consumer over every deletion topic of the settings (:func:`consumer_options`)."""
+    options = consumer_options(receiver_queue_size=receiver_queue_size)
     topics = [settings.topic, *tenant_topics(settings)]
     consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)]
     for pattern in topic_patterns(settings):

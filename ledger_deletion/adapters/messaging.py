@@ -140,7 +140,7 @@ def subscribe_from_start(client: pulsar.Client, topic: str, subscription: str) -
 
 @dataclass
 class Publisher:
-    """A lazily created, non-batching producer on one topic; sends are durable when they return.
+    """A lazily created, non-batching, chunking producer on one topic; sends are durable when they return.
 
     ``kept_for``: a durable subscription created before the first send (then left without consumers). With
     Pulsar's defaults (retention 0, inactive topics deleted when they have no subscription), what is
@@ -163,7 +163,15 @@ class Publisher:
                     if self.kept_for:
                         subscribe_from_start(self.client, self.topic, self.kept_for).close()
                     self._producer = self.client.create_producer(
-                        self.topic, batching_enabled=False, send_timeout_millis=self.send_timeout_millis
+                        self.topic,
+                        batching_enabled=False,
+                        # A consumer reassembles a chunked message over the broker's maximum message size
+                        # (5 MB by default): republished whole, as a dead letter or a replay, it is as large
+                        # and cannot go out unchunked. It would fail with MessageTooBig on every retry, and
+                        # the ingest, retrying its dead letter, would hold it for ever. Smaller payloads go
+                        # out as one message, as before.
+                        chunking_enabled=True,
+                        send_timeout_millis=self.send_timeout_millis,
                     )
                 producer = self._producer
             return str(producer.send(payload, properties=properties or {}))

@@ -44,7 +44,11 @@ ORIGIN_TOPIC = "ledger-deletion.origin-topic"  # set by the ingest (workers/inge
 # Failed steps of the ingest's own dead letters (workers/ingest.py). Only those set the origin topic
 # themselves, over whatever the message carried; the workflow's, before 2026-11-25, copied the sender's
 # properties, so an origin there may have been planted by the sender.
-INGEST_STEPS = frozenset({"decode", "tenant", "start", "ingest"})
+INGEST_STEPS = frozenset({"decode", "decrypt", "tenant", "start", "ingest"})
+# An end-to-end encrypted message the ingest could not decrypt: its payload is ciphertext, and re-publishing
+# it (without the encryption metadata, which travels in properties) could only fail again, or, now and then,
+# decode as some request nobody sent. Someone holding the private key decrypts it and submits the request.
+UNDECRYPTED_STEP = "decrypt"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,15 @@ class DeadLetter:
     tenant: str
     origin_topic: str = ""  # the deletion topic the message came from; empty: not recorded
     properties: dict[str, str] = field(default_factory=dict)
+
+    def refusal(self) -> str:
+        """Why a replay must not re-submit this entry, or "" when it may."""
+        if self.failed_step == UNDECRYPTED_STEP:
+            return (
+                "encrypted end to end, not replayed: decrypt it with the private key (its "
+                "ledger-deletion.encryption.* properties) and submit the request"
+            )
+        return ""
 
     def replay_topic(self, system_topic: str) -> str:
         """Where a replay re-publishes this entry: its own topic, or the system topic if none is recorded."""
@@ -238,6 +251,10 @@ def replay(
             report.left = len(received) - len(chosen)
             on_start(len(chosen))
             for message, letter in chosen:
+                if refusal := letter.refusal():
+                    report.failed.append((letter, refusal))  # not acked: it stays in the DLQ
+                    on_progress(letter)
+                    continue
                 if dry_run:
                     on_progress(letter)
                     continue

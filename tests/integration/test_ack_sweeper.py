@@ -1,10 +1,11 @@
 """A held message whose workflow ended without acking it (the ack could not start in time while this process
 was alive) is settled by the ingest loop's sweeper: acked if the workflow completed, handed to a new run if
-it was terminated, or if it completed deciding another request than the message's. Real Pulsar messages, real
-workflows."""
+it was terminated, if it completed deciding another request than the message's, or if its execution is gone
+(deleted by an operator, past retention). Real Pulsar messages, real workflows."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -12,8 +13,10 @@ from dataclasses import replace
 
 import pulsar
 import pytest
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.contracts import DeletionInput, DeletionResult, MessageRef, Outcome
@@ -111,3 +114,78 @@ async def test_sweeper_settles_messages_of_ended_workflows(
     with pytest.raises(pulsar.Timeout):
         again.receive(timeout_millis=1500)
     client.close()
+
+
+async def test_sweeper_hands_the_message_of_a_deleted_execution_to_a_new_run(
+    settings: Settings, temporal_client: Client, new_ledger_id
+) -> None:
+    topic = f"{settings.topic}-sweep-deleted-{uuid.uuid4().hex[:6]}"
+    client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
+    consumer = client.subscribe(
+        topic,
+        "sweeper",
+        consumer_type=pulsar.ConsumerType.Shared,
+        initial_position=pulsar.InitialPosition.Earliest,
+    )
+    producer = client.create_producer(topic, batching_enabled=False)
+    producer.send(b"m")
+    message = consumer.receive(timeout_millis=10_000)
+    pending = messaging.PendingAcks()
+    idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: every run stays running
+    ingestor = Ingestor(
+        temporal_client,
+        consumer,
+        pending,
+        messaging.Publisher(client, f"{topic}-DLQ"),
+        deletion_policy(settings),
+        idle_queue,
+        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        system_topic=topic,
+    )
+    req = request(new_ledger_id())
+    key = str(message.message_id())
+    pending.hold(key, consumer, message.message_id())
+    try:
+        await ingestor._start_or_join(req, MessageRef(key, ingestor.ack_queue))
+        pending.bind(key, messaging.Handoff(req.workflow_id, req, time.monotonic() - 1000))
+        deleted = (await temporal_client.get_workflow_handle(req.workflow_id).describe()).run_id
+        # An operator deletes the execution (the same as it passing retention): nothing will ever ack it.
+        await temporal_client.workflow_service.delete_workflow_execution(
+            DeleteWorkflowExecutionRequest(
+                namespace=temporal_client.namespace,
+                workflow_execution=WorkflowExecution(workflow_id=req.workflow_id, run_id=deleted),
+            )
+        )
+        await until_not_found(temporal_client, req.workflow_id)  # deletion is asynchronous
+
+        assert await ingestor.sweep(held_for=0) == 1
+        assert len(pending) == 1  # still held, now by the new run, which acks it once it has decided
+        [(_, handoff)] = pending.bound_before(float("inf"))
+        assert handoff.workflow_id == req.workflow_id
+        rerun = temporal_client.get_workflow_handle(req.workflow_id)
+        assert (await rerun.describe()).run_id != deleted
+        events = [e async for e in rerun.fetch_history_events()]
+        started = events[0].workflow_execution_started_event_attributes
+        [rerun_input] = await temporal_client.data_converter.decode(
+            list(started.input.payloads), [DeletionInput]
+        )
+        assert rerun_input.request == req
+        assert rerun_input.first_message is not None and rerun_input.first_message.message_id == key
+    finally:
+        with contextlib.suppress(RPCError):
+            await temporal_client.get_workflow_handle(req.workflow_id).terminate("test cleanup")
+        client.close()
+
+
+async def until_not_found(client: Client, workflow_id: str, timeout: float = 30) -> None:
+    """Until describing the workflow answers NOT_FOUND; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return
+            raise
+        assert time.monotonic() < deadline, f"{workflow_id} still there {timeout} s after its deletion"
+        await asyncio.sleep(0.2)

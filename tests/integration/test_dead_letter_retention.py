@@ -86,3 +86,41 @@ async def test_the_pulsar_pool_keeps_its_dead_letters_for_replay(
 
         await eventually(dead_lettered, timeout=20)
     assert received_at_latest(client, own.dead_letter_topic) == [b"\x00 not a request"]
+
+
+def test_replay_leaves_an_undecrypted_entry_in_the_dlq(client: Any, settings: Settings) -> None:
+    """Real Pulsar: an entry the ingest could not decrypt is reported and left for whoever holds the key;
+    the other entries replay as usual."""
+    from ledger_deletion.formats.avro import encode_request
+    from ledger_deletion.ops.dlq import replay
+    from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+
+    own = settings.with_overrides(topic=f"{settings.topic}-replay-{uuid.uuid4().hex[:6]}")
+    publisher = messaging.Publisher(
+        client, own.dead_letter_topic, kept_for=messaging.DEAD_LETTER_SUBSCRIPTION
+    )
+    request = PendingDeleteLedgerInfo("replay/ns/t", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, 77)
+    publisher.send(
+        b"\x8f ciphertext",
+        messaging.dead_letter_properties(
+            reason="encrypted", failed_step="decrypt", attempts=1, workflow_id=""
+        ),
+    )
+    publisher.send(
+        encode_request(request),
+        messaging.dead_letter_properties(
+            reason="x", failed_step="delete_bk_ledger", attempts=10, workflow_id=request.workflow_id
+        ),
+    )
+    publisher.close()
+    arrived = client.subscribe(own.topic, "read-back", initial_position=pulsar.InitialPosition.Earliest)
+
+    report = replay(own, lambda letter: True)
+    assert [letter.failed_step for letter in report.replayed] == ["delete_bk_ledger"]
+    [(refused, why)] = report.failed
+    assert refused.failed_step == "decrypt" and "private key" in why
+    assert arrived.receive(timeout_millis=10_000).data() == encode_request(
+        request  # a replay always asks for the in-use check; this request already did
+    )
+    again = replay(own, lambda letter: True, dry_run=True)  # still there, and still refused
+    assert [letter.failed_step for letter, _ in again.failed] == ["decrypt"] and not again.selected[1:]

@@ -178,6 +178,13 @@ def test_replay_sends_an_entry_back_to_the_topic_it_came_from() -> None:
     assert [e["replay_topic"] for e in report.as_json()["replayed"]] == [tenant, system, tenant]
 
 
+def test_an_undecrypted_entry_is_never_replayed() -> None:
+    """Its payload is ciphertext: only whoever holds the private key can turn it back into a request."""
+    undecrypted = dead_letter_of(DeadLetterMessage({"ledger-deletion.failed-step": "decrypt"}))
+    decoded = dead_letter_of(DeadLetterMessage({"ledger-deletion.failed-step": "decode"}))
+    assert "private key" in undecrypted.refusal() and decoded.refusal() == ""
+
+
 def test_an_origin_the_workflow_did_not_write_is_not_trusted() -> None:
     """Before 2026-11-25 the workflow's dead letters copied the sender's properties: an origin topic there may
     have been planted by the sender. Only the ingest's own steps set it themselves."""
