@@ -27,6 +27,10 @@ class Round:
     # round's A/C is mostly the inverse of their ratio (nan: not measured).
     a_server_ms: float = math.nan
     c_server_ms: float = math.nan
+    # CPU ms per deletion / per trivial workflow of everything else measured: the pools (C's workers) and the
+    # stack's other services. With the server pinned these share the other core; a cold one shows here.
+    a_other_ms: float = math.nan
+    c_other_ms: float = math.nan
     # Where end to end loses to steady: first publish to first close, the 95th percentile close to the last.
     a_head_s: float = math.nan
     a_tail_s: float = math.nan
@@ -49,6 +53,8 @@ class Round:
             a_unacked=a.unacked,
             a_server_ms=_server_ms(a.servers_cpu, a.n),
             c_server_ms=_server_ms(c.servers_cpu, c.n),
+            a_other_ms=_other_ms(a.servers_cpu, a.procs, a.n),
+            c_other_ms=_other_ms(c.servers_cpu, c.procs, c.n),
             a_head_s=a.head_seconds,
             a_tail_s=a.tail_seconds,
             c_head_s=c.head_seconds,
@@ -61,6 +67,14 @@ class Round:
 def _server_ms(servers_cpu: dict[str, float], workflows: int) -> float:
     seconds = servers_cpu.get("temporal")
     return seconds * 1000 / workflows if seconds is not None and workflows else math.nan
+
+
+def _other_ms(servers_cpu: dict[str, float], procs: dict[str, dict[str, float]], workflows: int) -> float:
+    if not servers_cpu or not workflows:
+        return math.nan
+    services = sum(seconds for name, seconds in servers_cpu.items() if name != "temporal")
+    seconds = services + sum(p["cpu_s"] for p in procs.values())
+    return seconds * 1000 / workflows
 
 
 def a_over_c(report: dict[str, Any]) -> float:
