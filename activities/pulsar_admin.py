@@ -60,6 +60,13 @@ class PulsarAdminActivities:
     @translate_errors
     def ask_owner_broker(self, inp: AskOwnerBrokerInput) -> AskOwnerBrokerResult:
         response = self._admin.internal_stats(inp.topic_name)
+        if response.owner_refuses:
+            return AskOwnerBrokerResult(
+                in_use=True,
+                referenced_as="unknown: the owner cannot load it",
+                owner_url=response.served_by,
+                owner_cannot_load=True,
+            )
         if not response.found:
             partitions = self._admin.partitions(inp.topic_name)
             if partitions == 0:

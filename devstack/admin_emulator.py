@@ -59,6 +59,10 @@ ACCEPT_BACKLOG = 1024
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
 TOPIC_NOT_FOUND = {"reason": "Topic not found"}
+# TopicName.isTransactionInternalName: the transaction coordinator's log and the pending-ack stores are
+# managed ledgers a broker opens itself but refuses to load as topics.
+TRANSACTION_LOG_PREFIX = "persistent://pulsar/system/__transaction_log_"
+PENDING_ACK_STORE_SUFFIX = "__transaction_pending_ack"
 PARTITION_NAME = re.compile(r"-partition-\d+$")  # TopicName.isPartitioned (PARTITIONED_TOPIC_SUFFIX + index)
 # Jersey 2's servlet ResponseWriter.failure: sendError(500, "Request failed.") for an exception no
 # ExceptionMapper maps; Jetty's ErrorHandler puts the message in its error page.
@@ -551,6 +555,11 @@ def create_app(
             location = f"{broker_urls[owner]}{_raw_path()}?{urlencode(query)}"
             response = Response(status=307, headers={"Location": location})
             return response
+        name = topic.topic_name
+        if name.startswith(TRANSACTION_LOG_PREFIX) or name.endswith(PENDING_ACK_STORE_SUFFIX):
+            # getTopicReferenceAsync loads the topic; BrokerService.createPersistentTopic0 refuses with
+            # NotAllowedException, which RestException answers as 409 (older brokers: 500), same reason.
+            return _error(409, f"Can not create transaction system topic {name}")
         ml = reader.managed_ledger(topic)
         if ml is None:
             return _error(404, TOPIC_NOT_FOUND["reason"])

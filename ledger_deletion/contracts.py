@@ -184,6 +184,11 @@ class AskOwnerBrokerResult:
     # ``ledger_list_digest``). A ManagedLedgerInfo read from Pulsar's metadata store is trusted to speak for
     # this topic only when its list gives the same: not another cluster's copy, not a stale snapshot.
     listed_digest: str = ""
+    # The owner refuses to load the topic (a transaction-internal managed ledger: the coordinator's log, a
+    # pending-ack store), so it cannot say what the topic references. Reported with ``in_use`` True, which
+    # is what a workflow older than this field then reads; a newer one lets Pulsar's metadata store decide
+    # a BookKeeper ledger, and dead-letters an offloaded one.
+    owner_cannot_load: bool = False
 
 
 class Verdict(StrEnum):

@@ -66,6 +66,7 @@ DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 
 DECIDE_BROKER_PAST_LIMIT = "decide-broker-request-past-limit"  # workflow.patched id, 2026-11-25
 CHECK_METADATA_STORE = "check-metadata-store-listing"  # workflow.patched id, 2026-11-25
 REDECIDE_IN_USE_FOR_LATER_MESSAGES = "redecide-in-use-for-later-messages"  # workflow.patched id, 2026-11-25
+STORE_DECIDES_UNLOADABLE = "store-decides-unloadable-topic"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 # Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
 # a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
@@ -296,7 +297,7 @@ class LedgerDeletionWorkflow:
 
         async def referenced(check: int) -> str:
             nonlocal latest
-            if owner_check and (where := await self._owner_reference(req, policy)):
+            if owner_check and (where := await self._owner_reference(req, policy, latest is not None)):
                 return where
             # The patch only when it changes the answer: no marker in a run the store never held back.
             if not (
@@ -312,8 +313,16 @@ class LedgerDeletionWorkflow:
         await self._wait_out_grace(policy, referenced)
         return latest
 
-    async def _owner_reference(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> str:
-        """How the topic's owner broker still references the ledger, or "" when it does not."""
+    async def _owner_reference(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, store_decides: bool
+    ) -> str:
+        """How the topic's owner broker still references the ledger, or "" when it does not.
+
+        An owner that refuses to load the topic (a transaction-internal managed ledger) cannot say. For a
+        BookKeeper ledger (``store_decides``) Pulsar's metadata store then decides alone: a trim and a cursor
+        switch write the store before they act on the ledger, so a ledger the store does not list is not
+        referenced. Anything else is dead-lettered. Runs from before this check replay without it.
+        """
         answer = await self._activity(
             Step.ASK_OWNER_BROKER,
             AskOwnerBrokerInput(req.topic_name, req.ledger_id),
@@ -321,6 +330,15 @@ class LedgerDeletionWorkflow:
             policy.pulsar_queue,
             policy,
         )
+        if answer.owner_cannot_load and self._patched(STORE_DECIDES_UNLOADABLE):
+            if store_decides:
+                return ""
+            raise ApplicationError(
+                f"the owner broker cannot load {req.topic_name} (a transaction-internal managed ledger), so "
+                "it cannot say whether its offloaded ledger is in use",
+                type="OwnerCannotLoadTopic",
+                non_retryable=True,
+            )
         if not answer.in_use:
             return ""
         if await self._bk_copy_released(req, policy, answer) or await self._offload_superseded(

@@ -31,6 +31,8 @@ REDIRECT_CODES = {301, 302, 303, 307, 308}
 # message in its error page (HTML; JSON {"message": ...} for Accept: application/json). No Pulsar "reason",
 # nothing of the exception.
 UNMAPPED_EXCEPTION_MESSAGE = "Request failed."
+# How a broker's reason begins when it refuses to load a transaction-internal managed ledger as a topic.
+TRANSACTION_INTERNAL_REFUSAL = "Can not create transaction system topic"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class AdminResponse:
     # Only from ``internal_info(..., unmapped_500_ok=True)``: the broker failed with an unmapped exception
     # (what it says, for the error message). Then ``found`` is False, but the topic was not found missing.
     unmapped_500: str = ""
+    # The broker refuses to load the topic at all (a transaction-internal managed ledger): its reason. Then
+    # ``found`` is False, but the topic exists; the owner cannot say what it references.
+    owner_refuses: str = ""
 
 
 @dataclass
@@ -159,6 +164,8 @@ class PulsarAdminClient:
                 served_by=served_by,
                 unmapped_500=f"{parts.netloc} answered 500 {UNMAPPED_EXCEPTION_MESSAGE!r}",
             )
+        if status in (409, 500) and (refusal := _transaction_internal_refusal(response)):
+            return AdminResponse(found=False, served_by=served_by, owner_refuses=refusal)
         if status == 404:
             if _is_pulsar_error(response):
                 return AdminResponse(found=False, served_by=served_by)
@@ -190,6 +197,23 @@ def _is_pulsar_error(response: httpx.Response) -> bool:
     except ValueError:
         return False
     return isinstance(body, dict) and isinstance(body.get("reason"), str)
+
+
+def _transaction_internal_refusal(response: httpx.Response) -> str:
+    """The reason of a broker refusing to load a transaction-internal managed ledger as a topic, or "".
+
+    ``BrokerService.createPersistentTopic0`` fails ``TopicName.isTransactionInternalName`` topics (the
+    coordinator's log, pending-ack stores) with NotAllowedException("Can not create transaction system topic
+    <topic>"); the admin API answers it as a 409 (2.11 and later) or a 500, with Pulsar's error body.
+    """
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    reason = body.get("reason") if isinstance(body, dict) else None
+    if isinstance(reason, str) and reason.startswith(TRANSACTION_INTERNAL_REFUSAL):
+        return reason[:300]
+    return ""
 
 
 def _is_unmapped_exception(response: httpx.Response) -> bool:

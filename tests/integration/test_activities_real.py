@@ -612,11 +612,11 @@ def write_topic(zk: KazooClient, topic: str, ledgers: list[int], cursor_ledger: 
         zk.create(f"{path}/sub", ml.serialize_managed_cursor_info(cursor))
 
 
-def topics_owned_by_each_broker(prefix: str) -> tuple[str, str]:
+def topics_owned_by_each_broker(prefix: str, suffix: str = "") -> tuple[str, str]:
     """One topic answered directly by broker A, one answered through a 307 to broker B."""
     from devstack.admin_emulator import owner_index
 
-    names = [f"{prefix}/t{i}" for i in range(20)]
+    names = [f"{prefix}/t{i}{suffix}" for i in range(20)]
     a = next(n for n in names if owner_index(f"persistent://{n}") == 0)
     b = next(n for n in names if owner_index(f"persistent://{n}") == 1)
     return a, b
@@ -646,6 +646,21 @@ async def test_admin_activities_follow_the_owner_redirect(stack, zk, new_ledger_
     gone = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(f"{namespace}/missing", l1))
     assert not gone.in_use and not gone.topic_exists
     client.close()
+
+
+async def test_the_owner_says_it_cannot_load_a_pending_ack_store(stack, zk, new_ledger_id) -> None:
+    """A pending-ack store is a managed ledger (internal-info reads it) that no broker loads as a topic."""
+    namespace = f"acts/ns-{uuid.uuid4().hex[:6]}"
+    for topic in topics_owned_by_each_broker(namespace, suffix="-sub__transaction_pending_ack"):
+        ledger = new_ledger_id()
+        write_topic(zk, topic, [ledger])
+        client = PulsarAdminClient(stack.pulsar_admin_url)
+        activities = PulsarAdminActivities(client)
+        env = ActivityEnvironment()
+        assert env.run(activities.check_topic, CheckTopicInput(topic)).exists
+        answer = env.run(activities.ask_owner_broker, AskOwnerBrokerInput(topic, ledger))
+        assert (answer.owner_cannot_load, answer.in_use) == (True, True)
+        client.close()
 
 
 def test_token_is_not_sent_to_an_untrusted_redirect_target(stack) -> None:

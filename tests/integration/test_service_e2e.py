@@ -220,6 +220,27 @@ async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_object
             assert cluster.object_exists(key, bucket), key
 
 
+async def test_a_pending_ack_stores_ledgers_are_decided_by_pulsars_metadata_store(
+    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+) -> None:
+    """A pending-ack store is a managed ledger the owner broker refuses to load as a topic (it answers
+    internalStats with "Can not create transaction system topic"): the ledger its trim released is deleted,
+    the one the store still lists is kept. Before, both were dead-lettered."""
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    trimmed, listed, current = cluster.new_ledger_ids(3)
+    topic = cluster.create_topic(
+        f"e2e/ns-{uuid.uuid4().hex[:6]}/orders-sub__transaction_pending_ack", [trimmed, listed, current]
+    )
+    [released] = cluster.trim(topic.name, [trimmed], publisher.publish)
+    [still_listed] = cluster.requests_for_trim(topic.name, [listed])  # its store write never happened
+    publisher.publish(still_listed)
+    deleted = await wait_for_result(temporal_client, released.workflow_id)
+    kept = await wait_for_result(temporal_client, still_listed.workflow_id)
+    assert deleted.outcome is Outcome.DELETED and not cluster.ledger_exists(trimmed)
+    assert kept.outcome is Outcome.SKIPPED_IN_USE and "metadata store" in kept.reason
+    assert cluster.ledger_exists(listed)
+
+
 async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_and_the_current_ones_kept(
     service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
 ) -> None:

@@ -226,3 +226,36 @@ def test_partitioned_metadata_without_a_count_is_no_answer(
     with pytest.raises(ApplicationError, match="no partition count") as raised:
         ActivityEnvironment().run(activities.check_topic, CheckTopicInput(TOPIC))
     assert (raised.value.type, raised.value.non_retryable) == ("AdminApiUnavailable", False)
+
+
+PENDING_ACK = "public/default/orders-sub__transaction_pending_ack"
+
+
+@pytest.mark.parametrize("status", [409, 500])
+def test_an_owner_that_cannot_load_a_transaction_internal_topic_says_so(
+    server: _NotFoundServer, activities: PulsarAdminActivities, status: int
+) -> None:
+    """BrokerService refuses to load a pending-ack store or the coordinator's log as a topic: 409 since 2.11,
+    500 before, Pulsar's error body either way. The owner cannot tell what such a topic references; the
+    answer says so, and reads as "in use" to a workflow that does not know the field."""
+    reason = f"Can not create transaction system topic persistent://{PENDING_ACK}"
+    server.status, server.body, server.content_type = (
+        status,
+        f'{{"reason":"{reason}"}}'.encode(),
+        "application/json",
+    )
+    answer = ActivityEnvironment().run(activities.ask_owner_broker, AskOwnerBrokerInput(PENDING_ACK, 7))
+    assert (answer.owner_cannot_load, answer.in_use) == (True, True)
+
+
+def test_another_conflict_is_still_an_error(
+    server: _NotFoundServer, activities: PulsarAdminActivities
+) -> None:
+    server.status, server.body, server.content_type = (
+        409,
+        b'{"reason":"Topic is being deleted"}',
+        "application/json",
+    )
+    with pytest.raises(ApplicationError) as raised:
+        ActivityEnvironment().run(activities.ask_owner_broker, AskOwnerBrokerInput(TOPIC, 7))
+    assert raised.value.non_retryable

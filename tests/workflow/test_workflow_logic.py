@@ -71,6 +71,7 @@ class Fakes:
     first_check_stalls_seconds: float = 0.0  # the first check_topic attempt hangs this long
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     owner_lists_offloaded: bool = False  # ask_owner_broker's ``offloaded`` when in use
+    owner_cannot_load: bool = False  # the owner refuses to load the topic (transaction-internal)
     bk_copy_released: bool = False  # verify's answer when asked whether the BK copy is released
     offload_superseded: bool = False  # check_offload_superseded's answer
     verdicts: list[Verdict] = field(default_factory=lambda: [Verdict.MATCH])
@@ -104,6 +105,8 @@ class Fakes:
         @activity.defn(name="ask_owner_broker")
         def ask_owner_broker(inp: AskOwnerBrokerInput) -> AskOwnerBrokerResult:
             fakes.calls["ask_owner_broker"] += 1
+            if fakes.owner_cannot_load:
+                return AskOwnerBrokerResult(in_use=True, referenced_as="unknown", owner_cannot_load=True)
             answer = fakes.in_use_answers.pop(0) if len(fakes.in_use_answers) > 1 else fakes.in_use_answers[0]
             return AskOwnerBrokerResult(
                 in_use=answer,
@@ -336,6 +339,35 @@ async def test_a_listing_read_before_the_owners_answer_is_read_again(harness: Ha
     assert result.outcome is Outcome.DELETED
     assert harness.fakes.calls["ask_owner_broker"] == 1
     assert harness.fakes.delete_versions == [2]
+
+
+PENDING_ACK_TOPIC = "public/default/orders-sub__transaction_pending_ack"
+
+
+@pytest.mark.parametrize(
+    ("store_lists", "outcome"), [(False, Outcome.DELETED), (True, Outcome.SKIPPED_IN_USE)]
+)
+async def test_the_store_decides_a_ledger_of_a_topic_its_owner_cannot_load(
+    harness: Harness, store_lists: bool, outcome: Outcome
+) -> None:
+    """A pending-ack store's managed ledger: the owner refuses to load it as a topic, so it cannot say. A
+    trim writes the store before it sends the ledger here: the store's listing decides alone."""
+    harness.fakes.owner_cannot_load = True
+    harness.fakes.store_listed = [store_lists]
+    result = await harness.run(data_request(topic_name=PENDING_ACK_TOPIC))
+    assert result.outcome is outcome
+    assert harness.fakes.calls["delete_bk_ledger"] == (0 if store_lists else 1)
+
+
+async def test_an_offloaded_ledger_of_a_topic_its_owner_cannot_load_is_dead_lettered(
+    harness: Harness,
+) -> None:
+    harness.fakes.owner_cannot_load = True
+    request = replace(offload_request(), topic_name=PENDING_ACK_TOPIC)
+    result = await harness.run(request)
+    assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "ask_owner_broker"
+    assert "cannot load" in result.reason and harness.fakes.calls["delete_offload_segment"] == 0
+    assert result.messages_acked == 1
 
 
 @pytest.mark.parametrize(
