@@ -100,8 +100,8 @@ class OffloadActivities:
             if problem:
                 raise UnsupportedOffloadDriver(
                     f"{problem}, not the object store this service deletes from, "
-                    f"{self._location.describe()}; nothing deleted (if it is the same store under another "
-                    "name, list that URL in LEDGER_DELETION_S3_ENDPOINT_ALIASES)"
+                    f"{self._location.describe()}; nothing deleted (if it is the same store, list that URL "
+                    "in LEDGER_DELETION_S3_ENDPOINT_ALIASES, or set LEDGER_DELETION_S3_REGION to its region)"
                 )
         targets = offload_keys_for_context(offload, ledger_id, self._default_bucket)
         if not targets:
