@@ -5,6 +5,8 @@ its managed ledger or cursor, and a schema ledger's schema locator."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from temporalio import activity
 
@@ -41,6 +43,7 @@ CURSOR = "pulsar/cursor"
 SCHEMA_ID = "pulsar/schemaId"
 
 log = logging.getLogger(__name__)
+_M = TypeVar("_M")
 
 
 class BookKeeperActivities:
@@ -93,32 +96,33 @@ class BookKeeperActivities:
         name = request.managed_ledger_name
         if request.ledger_component is LedgerComponent.MANAGED_CURSOR:
             assert request.cursor_name is not None  # required for a cursor request when it was decoded
-            data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
             where = f"cursor {request.cursor_name} of {name}"
-            if data is None:
-                self._pulsar_metadata.confirm_managed_ledgers_root()
-                return ""
-            try:
-                cursor = parse_managed_cursor_info(data)
-            except MetadataFormatError as exc:
-                return f"{where} unreadable in Pulsar's metadata store: {exc}"
-            if cursor.cursorsLedgerId == request.ledger_id:
-                return f"{where} stores it as its cursor ledger in Pulsar's metadata store"
-            return ""
+            data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
+            cursor, unreadable = self._stored(data, parse_managed_cursor_info, where)
+            if cursor is None or cursor.cursorsLedgerId != request.ledger_id:
+                return unreadable
+            return f"{where} stores it as its cursor ledger in Pulsar's metadata store"
         if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
             return ""
         data = self._pulsar_metadata.read_managed_ledger(name)
-        if data is None:
-            self._pulsar_metadata.confirm_managed_ledgers_root()
-            return ""
-        try:
-            info = parse_managed_ledger_info(data)
-        except MetadataFormatError as exc:
-            return f"managed ledger {name} unreadable in Pulsar's metadata store: {exc}"
+        info, unreadable = self._stored(data, parse_managed_ledger_info, f"managed ledger {name}")
+        if info is None:
+            return unreadable
         entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
         if entries and not all(_released(e) for e in entries):
             return f"{name} lists it in Pulsar's metadata store"
         return ""
+
+    def _stored(self, data: bytes | None, parse: Callable[[bytes], _M], what: str) -> tuple[_M | None, str]:
+        """A record read from Pulsar's metadata store, parsed; or None, and why when it is unreadable
+        ("" when there is none, in a store that is Pulsar's)."""
+        if data is None:
+            self._pulsar_metadata.confirm_managed_ledgers_root()
+            return None, ""
+        try:
+            return parse(data), ""
+        except MetadataFormatError as exc:
+            return None, f"{what} unreadable in Pulsar's metadata store: {exc}"
 
     def _bk_copy_released(self, request: PendingDeleteLedgerInfo, owner_digest: str) -> tuple[bool, str]:
         """Does the ledger's managed ledger say its BookKeeper copy is released (offload complete and

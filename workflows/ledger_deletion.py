@@ -111,11 +111,9 @@ class LedgerDeletionWorkflow:
         self._own_request: PendingDeleteLedgerInfo | None = None
         # Every request decided so far, the run's own first: a joined message is acked once its request is.
         self._decided: list[tuple[PendingDeleteLedgerInfo, Decision]] = []
-        # How many decisions had begun when each message arrived, and, by decision, its number: an in-use
-        # answer covers only the messages that arrived before its decision began.
-        self._decisions_begun = 0
+        # How many decisions had begun when each message arrived (decision i of ``_decided`` is the i-th to
+        # begin): an in-use answer covers only the messages that arrived before its decision began.
         self._begun_at_arrival: dict[str, int] = {}
-        self._decision_numbers: list[int] = []
         self._deciding_joined = False
         self._in_decision: PendingDeleteLedgerInfo | None = None  # the request _decide is working on
 
@@ -126,7 +124,7 @@ class LedgerDeletionWorkflow:
         key = _ref_key(ref)
         if key not in self._refs:
             self._refs[key] = ref
-            self._begun_at_arrival[key] = self._decisions_begun
+            self._begun_at_arrival[key] = len(self._decided) + (self._in_decision is not None)
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> DeletionStatus:
@@ -191,8 +189,6 @@ class LedgerDeletionWorkflow:
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
         self._in_decision = request
-        self._decisions_begun += 1
-        number = self._decisions_begun
         # Not ``_patched``: runs that decided joined requests without this exemption exist.
         past_limit = len(self._decided) > MAX_JOINED_DECISIONS and not (
             from_system_topic and workflow.patched(DECIDE_BROKER_PAST_LIMIT)
@@ -218,7 +214,6 @@ class LedgerDeletionWorkflow:
                 outcome = Outcome.DEAD_LETTERED
         decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
         self._decided.append((request, decision))
-        self._decision_numbers.append(number)
         self._in_decision = None
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
         workflow.set_current_details(
@@ -512,7 +507,7 @@ class LedgerDeletionWorkflow:
         arrived_after = self._begun_at_arrival.get(_ref_key(ref), 0)
         same = [
             (decision, number)
-            for (decided, decision), number in zip(self._decided, self._decision_numbers, strict=True)
+            for number, (decided, decision) in enumerate(self._decided, 1)
             if same_decision(request, decided)
         ]
         if any(d.outcome is not Outcome.SKIPPED_IN_USE or number > arrived_after for d, number in same):

@@ -10,6 +10,7 @@ import contextlib
 import time
 import uuid
 from dataclasses import replace
+from typing import Any
 
 import pulsar
 import pytest
@@ -33,11 +34,9 @@ def request(ledger_id: int) -> PendingDeleteLedgerInfo:
     return PendingDeleteLedgerInfo("sweep/ns/t", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger_id)
 
 
-async def test_sweeper_settles_messages_of_ended_workflows(
-    settings: Settings, temporal_client: Client, service, new_ledger_id
-) -> None:
-    topic = f"{settings.topic}-sweep-{uuid.uuid4().hex[:6]}"
-    client = pulsar.Client(settings.pulsar_url)
+def received(settings: Settings, topic: str, count: int) -> tuple[Any, Any, list[Any]]:
+    """A client, a Shared consumer on ``topic`` and ``count`` messages it received and holds unacked."""
+    client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
     consumer = client.subscribe(
         topic,
         "sweeper",
@@ -45,9 +44,16 @@ async def test_sweeper_settles_messages_of_ended_workflows(
         initial_position=pulsar.InitialPosition.Earliest,
     )
     producer = client.create_producer(topic, batching_enabled=False)
-    for i in range(4):
+    for i in range(count):
         producer.send(f"m{i}".encode())
-    held = [consumer.receive(timeout_millis=10_000) for _ in range(4)]
+    return client, consumer, [consumer.receive(timeout_millis=10_000) for _ in range(count)]
+
+
+async def test_sweeper_settles_messages_of_ended_workflows(
+    settings: Settings, temporal_client: Client, service, new_ledger_id
+) -> None:
+    topic = f"{settings.topic}-sweep-{uuid.uuid4().hex[:6]}"
+    client, consumer, held = received(settings, topic, 4)
     pending = messaging.PendingAcks()
     policy = deletion_policy(settings)
     # Acks of these workflows go to a queue nobody polls: they give up, as when Temporal was down too long.
@@ -120,16 +126,7 @@ async def test_sweeper_hands_the_message_of_a_deleted_execution_to_a_new_run(
     settings: Settings, temporal_client: Client, new_ledger_id
 ) -> None:
     topic = f"{settings.topic}-sweep-deleted-{uuid.uuid4().hex[:6]}"
-    client = pulsar.Client(settings.pulsar_url, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error))
-    consumer = client.subscribe(
-        topic,
-        "sweeper",
-        consumer_type=pulsar.ConsumerType.Shared,
-        initial_position=pulsar.InitialPosition.Earliest,
-    )
-    producer = client.create_producer(topic, batching_enabled=False)
-    producer.send(b"m")
-    message = consumer.receive(timeout_millis=10_000)
+    client, consumer, [message] = received(settings, topic, 1)
     pending = messaging.PendingAcks()
     idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: every run stays running
     ingestor = Ingestor(
