@@ -553,14 +553,27 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
     uses is kept. Without that second message's ask the run deletes without asking, as the first said."""
     harness.fakes.first_check_stalls_seconds = 1.0  # the second message joins while check_topic runs
     harness.fakes.in_use_answers = [True]
-    refs = [
-        MessageRef("first", harness.queue, check_ledger_still_in_use=False),
-        MessageRef("second", harness.queue, check_ledger_still_in_use=joined_asks),
-    ]
-    result = await harness.run(data_request(check_ledger_still_in_use=False), refs=refs)
+    handle = await harness.start(
+        data_request(check_ledger_still_in_use=False),
+        refs=[MessageRef("first", harness.queue, check_ledger_still_in_use=False)],
+    )
+
+    async def first_round_running() -> None:
+        while harness.fakes.calls["check_topic"] < 1:
+            await asyncio.sleep(0.02)
+
+    # Signalled once the first round runs (before, a signal could land in the first workflow task, before
+    # the decision began, and the test's count depended on which).
+    await asyncio.wait_for(first_round_running(), timeout=10)
+    await handle.signal(
+        ADD_MESSAGE_SIGNAL, MessageRef("second", harness.queue, check_ledger_still_in_use=joined_asks)
+    )
+    result = await asyncio.wait_for(handle.result(), timeout=30)
     if joined_asks:
         assert result.outcome is Outcome.SKIPPED_IN_USE
-        assert harness.fakes.calls["ask_owner_broker"] == harness.policy.in_use_rechecks + 1
+        # The second message arrived after the decision began: its in-use answers do not cover it, and it
+        # gets a decision of its own (test_a_message_arriving_after_an_in_use_decision_began_...).
+        assert harness.fakes.calls["ask_owner_broker"] == 2 * (harness.policy.in_use_rechecks + 1)
         assert harness.fakes.calls["delete_bk_ledger"] == 0
     else:
         assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
