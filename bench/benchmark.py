@@ -24,7 +24,9 @@ disturbed, and their load does not land on our Temporal server):
 
 The last line is ``A/B=<ratio> A/C=<ratio> events_per_deletion=<n> p99_ms=<n>``. Results also go to
 ``bench/results/<utc time>.json``. This is not a test: numbers depend on the machine and on what else runs.
-``--pin-server`` puts the Temporal server on a core of its own (the server-bound A/C); ``--rounds K``
+``--pin-server`` puts the Temporal server on a core of its own (the server-bound A/C, though A's pools and
+stand-ins then share the other core); ``--server-cpu 0.6`` caps it at 0.6 of a core with a cgroup quota
+instead, so that it is the only bottleneck and everything else has CPU to spare; ``--rounds K``
 measures A and C K times, alternating, and takes A/C as the median of the K ratios;
 ``--profile-server DIR`` records it with perf during A and C, for ``bench/server_profile.py``.
 """
@@ -51,10 +53,17 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.mix import Seeded, seed  # noqa: E402
 from bench.phases import Run, Shape, empty_temporal_database, run_a, run_b, run_c  # noqa: E402
-from bench.processes import ROOT, StackProcs, bench_ports, load_average, pin_server  # noqa: E402
+from bench.processes import (  # noqa: E402
+    ROOT,
+    CpuCap,
+    ServerPlacement,
+    StackProcs,
+    bench_ports,
+    load_average,
+)
 from bench.report import Round, print_table  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
-from devstack.stack import Stack  # noqa: E402
+from devstack.stack import Stack, StackEndpoints  # noqa: E402
 
 
 def parse_replicas(text: str) -> dict[str, int]:
@@ -72,12 +81,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         # makes each write dearer and the numbers drift from run to run.
         stack.down()
         shutil.rmtree(args.state_dir / "data", ignore_errors=True)
+    placement = ServerPlacement(args.pin_server, CpuCap(args.server_cpu) if args.server_cpu else None)
     if args.pin_server:
         # Everything this run starts (stack services, pools, C's workers) inherits CPU 1 ...
         os.sched_setaffinity(0, {1})
     endpoints = stack.up()
-    if args.pin_server:
-        pin_server(stack)
+    placement.apply(stack)
+    try:
+        return await _measure(args, stack, endpoints, placement)
+    finally:
+        placement.release(stack)
+
+
+async def _measure(
+    args: argparse.Namespace, stack: Stack, endpoints: StackEndpoints, placement: ServerPlacement
+) -> dict[str, Any]:
     base_env = {**os.environ, **endpoints.as_env()}
     os.environ.update({k: v for k, v in endpoints.as_env().items() if k.startswith("AWS_")})
     run_id = uuid.uuid4().hex[:6]
@@ -114,6 +132,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "fault_rate": args.fault_rate,
         "reconsume_seconds": args.reconsume_seconds,
         "pin_server": args.pin_server,
+        "server_cpu": args.server_cpu,
+        "placement": placement.describe(),
     }
     n = args.n
 
@@ -149,7 +169,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         # Equal activity count: C replays the shape (activities, first-round width) of A's sampled workflows.
         shapes = a.shapes or [Shape(5, 2)]
         if not args.keep_state:
-            await empty_temporal_database(stack, run, args.pin_server)
+            await empty_temporal_database(stack, run, placement)
             stack_procs = StackProcs.of(stack, args.profile_server)
         c = await run_c(run, n, shapes, stack_procs)
         report["C"] = asdict(c)
@@ -159,11 +179,11 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         # A and C alternating, each on an empty database, and the ratio taken as their median.
         for index in range(2, args.rounds + 1):
             phase = f"a{index}"
-            await empty_temporal_database(stack, run, args.pin_server)
+            await empty_temporal_database(stack, run, placement)
             more_a = await run_a(
                 run, phase, seeded(phase, n), replicas=replicas, stack_procs=StackProcs.of(stack)
             )
-            await empty_temporal_database(stack, run, args.pin_server)
+            await empty_temporal_database(stack, run, placement)
             more_c = await run_c(run, n, shapes, StackProcs.of(stack))
             pair = Round.of(more_a, more_c)
             report["rounds"].append(asdict(pair))
@@ -247,10 +267,20 @@ def main() -> None:
         help="perf-record the Temporal server during A's backlog (DIR/a.data) and C (DIR/c.data); "
         "read them with bench/server_profile.py",
     )
-    parser.add_argument(
+    placement = parser.add_mutually_exclusive_group()
+    placement.add_argument(
         "--pin-server",
         action="store_true",
         help="Temporal server alone on CPU 0, everything else on CPU 1 (server-bound A/C)",
+    )
+    placement.add_argument(
+        "--server-cpu",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="cap the Temporal server at FRACTION of one core (a cgroup CPU quota; root), nothing pinned: "
+        "the server the only bottleneck, the pools and stand-ins with CPU to spare, as in a deployment "
+        "(0.6 fits two cores)",
     )
     parser.add_argument(
         "--server-metrics",
@@ -276,6 +306,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if not 0 <= args.server_cpu <= (os.cpu_count() or 1):
+        parser.error("--server-cpu must be between 0 (no cap) and the number of CPUs")
     if args.skip_c or args.keep_state:
         args.rounds = 1  # no C to pair A with, or no empty database to give each round
     signal.signal(signal.SIGTERM, _interrupt)  # so ``finally`` blocks stop the pool processes we started

@@ -27,8 +27,8 @@ from bench.mix import Seeded
 from bench.processes import (
     ROOT,
     Proc,
+    ServerPlacement,
     StackProcs,
-    pin_server,
     restart_temporal_empty,
     spawn,
     usage,
@@ -617,7 +617,7 @@ async def run_c(
     )
 
 
-async def empty_temporal_database(stack: Stack, run: Run, pinned: bool) -> None:
+async def empty_temporal_database(stack: Stack, run: Run, placement: ServerPlacement) -> None:
     """Restart the Temporal server on an empty database, so C starts where A started.
 
     The dev server's cost per workflow grows with its database within minutes (plain trivial workflows:
@@ -625,6 +625,5 @@ async def empty_temporal_database(stack: Stack, run: Run, pinned: bool) -> None:
     after A on A's database would be handicapped.
     """
     restart_temporal_empty(stack)
-    if pinned:
-        pin_server(stack)
+    placement.apply(stack)
     run.client = await Client.connect(run.endpoints.temporal_address)

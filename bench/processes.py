@@ -1,6 +1,6 @@
 """The benchmark's processes: /proc accounting (CPU seconds, peak RSS, load), the child processes it starts,
-the stack's server processes, the stack's ports, and where the Temporal server runs (pinned to a core,
-restarted on an empty database)."""
+the stack's server processes, the stack's ports, and where the Temporal server runs (pinned to a core or
+capped at a fraction of one, restarted on an empty database)."""
 
 from __future__ import annotations
 
@@ -166,6 +166,83 @@ def pin_server(stack: Stack) -> None:
     assert server is not None, "--pin-server needs the stack started by this run (no --keep-state)"
     for task in Path(f"/proc/{server}/task").iterdir():
         os.sched_setaffinity(int(task.name), {0})
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+SERVER_CGROUP = "ld-bench-temporal"
+# Short periods: the capped server is throttled in slices of at most this much, not for 100 ms at a time
+# (the kernel's default period), which would stall workflow tasks long enough to time some out.
+CAP_PERIOD_US = 20_000
+
+
+@dataclass(frozen=True)
+class CpuCap:
+    """A cgroup of its own for the Temporal server with a CPU quota of ``fraction`` of one core.
+
+    Capped (and not pinned), the server is the only bottleneck, as in a deployment where it runs on machines
+    of its own, while the pools and the stand-ins for the Pulsar cluster share the rest of this machine and
+    have CPU to spare. Needs root and the cgroup CPU controller: v1 (``/sys/fs/cgroup/cpu``) or v2
+    (``cpu`` in ``cgroup.controllers``).
+    """
+
+    fraction: float
+    root: Path = CGROUP_ROOT
+
+    def apply(self, pid: int) -> None:
+        group = self._group()
+        group.mkdir(exist_ok=True)
+        quota = round(self.fraction * CAP_PERIOD_US)
+        if self._v1():
+            (group / "cpu.cfs_period_us").write_text(str(CAP_PERIOD_US))
+            (group / "cpu.cfs_quota_us").write_text(str(quota))
+        else:
+            (group / "cpu.max").write_text(f"{quota} {CAP_PERIOD_US}")
+        (group / "cgroup.procs").write_text(str(pid))  # the whole process: every thread, and any it starts
+
+    def release(self, pid: int) -> None:
+        """Back to the root group, uncapped (the stack keeps running after the benchmark)."""
+        with contextlib.suppress(OSError):
+            (self._group().parent / "cgroup.procs").write_text(str(pid))
+
+    def _v1(self) -> bool:
+        return (self.root / "cpu" / "cpu.cfs_quota_us").exists()
+
+    def _group(self) -> Path:
+        if self._v1():
+            return self.root / "cpu" / SERVER_CGROUP
+        controllers = self.root / "cgroup.controllers"
+        if not controllers.exists() or "cpu" not in controllers.read_text().split():
+            raise RuntimeError(
+                f"--server-cpu needs the cgroup CPU controller: neither {self.root / 'cpu'} (v1) nor "
+                f"'cpu' in {controllers} (v2)"
+            )
+        return self.root / SERVER_CGROUP
+
+
+@dataclass(frozen=True)
+class ServerPlacement:
+    """Where the benchmark's Temporal server runs; applied again after every restart on an empty database."""
+
+    pinned: bool = False
+    cap: CpuCap | None = None
+
+    def apply(self, stack: Stack) -> None:
+        if self.pinned:
+            pin_server(stack)
+        if self.cap is not None:
+            server = stack.pid("temporal")
+            assert server is not None, "--server-cpu needs the stack started by this run (no --keep-state)"
+            self.cap.apply(server)
+
+    def release(self, stack: Stack) -> None:
+        server = stack.pid("temporal")
+        if self.cap is not None and server is not None:
+            self.cap.release(server)
+
+    def describe(self) -> str:
+        if self.cap is not None:
+            return f"server capped at {self.cap.fraction:g} of a core"
+        return "server pinned to CPU 0" if self.pinned else ""
 
 
 def restart_temporal_empty(stack: Stack) -> None:

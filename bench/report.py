@@ -99,13 +99,18 @@ def server_work_lines(a: dict[str, float], c: dict[str, float], top: int = 12) -
     return lines
 
 
+def _placement(report: dict[str, Any]) -> str:
+    """Where the server ran; reports written before ``placement`` existed say only whether it was pinned."""
+    return str(report.get("placement", "server pinned to CPU 0" if report.get("pin_server") else ""))
+
+
 def print_table(report: dict[str, Any]) -> str:
     a, b, c = report["A"], report.get("B"), report.get("C")
     half = report.get("A_half")
     lines = [
         f"N={report['n']}  run {report['run_id']}  load avg {report['load_before']} -> {report['load_after']}"
         f"  replicas {report['replicas'] or 'one per pool'}  in-flight {report.get('inflight')}"
-        f"{'  server pinned to CPU 0' if report.get('pin_server') else ''}"
+        f"{'  ' + _placement(report) if _placement(report) else ''}"
         f"  {' '.join(report.get('settings', []))}",
         "",
         f"{'run':<36} {'n':>6} {'seconds':>8} {'per s':>6} {'steady':>6} "
