@@ -200,9 +200,13 @@ class CpuCap:
         (group / "cgroup.procs").write_text(str(pid))  # the whole process: every thread, and any it starts
 
     def release(self, pid: int) -> None:
-        """Back to the root group, uncapped (the stack keeps running after the benchmark)."""
+        """Back to the root group, uncapped (the stack keeps running after the benchmark); the empty group
+        is removed."""
+        group = self._group()
         with contextlib.suppress(OSError):
-            (self._group().parent / "cgroup.procs").write_text(str(pid))
+            (group.parent / "cgroup.procs").write_text(str(pid))
+        with contextlib.suppress(OSError):  # still in use (another benchmark's server), or not a cgroupfs
+            group.rmdir()
 
     def _v1(self) -> bool:
         return (self.root / "cpu" / "cpu.cfs_quota_us").exists()

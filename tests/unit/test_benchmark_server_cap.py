@@ -88,6 +88,7 @@ def test_a_real_process_lands_in_the_capped_group() -> None:
         assert f"/{SERVER_CGROUP}" in membership
         cap.release(child.pid)
         assert f"/{SERVER_CGROUP}" not in Path(f"/proc/{child.pid}/cgroup").read_text()
+        assert not cap._group().exists()
     finally:
         child.kill()
         child.wait()
