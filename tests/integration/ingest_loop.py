@@ -25,6 +25,33 @@ from workers.topics import consumer_options
 L = TypeVar("L", bound="Loop")
 
 
+def unpolled_ingestor(
+    settings: Settings,
+    temporal: Client,
+    client: Any,
+    topic: str,
+    consumer: Any,
+    pending: messaging.PendingAcks,
+    *,
+    workflow_queue: str = "",
+    **options: Any,
+) -> Ingestor:
+    """An ingest of ``topic`` (its system topic; dead letters to ``<topic>-DLQ``) whose acks go to a queue no
+    worker polls, and whose runs start on ``workflow_queue``: by default one no worker polls either, so a
+    started run stays running. ``options``: the Ingestor's other fields."""
+    return Ingestor(
+        temporal,
+        consumer,
+        pending,
+        messaging.Publisher(client, f"{topic}-DLQ"),
+        deletion_policy(settings),
+        workflow_queue or f"idle-{uuid.uuid4().hex[:6]}",
+        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
+        system_topic=topic,
+        **options,
+    )
+
+
 @dataclass
 class Loop:
     """An ingest loop on a topic of its own, with its dead-letter topic read back."""
@@ -64,15 +91,13 @@ class Loop:
             initial_position=pulsar.InitialPosition.Earliest,
         )
         consumer = self.subscribe()
-        self.ingestor = Ingestor(
+        self.ingestor = unpolled_ingestor(
+            self.settings,
             self.temporal,
+            self.client,
+            self.full_topic,
             wrap(consumer) if wrap else consumer,
             messaging.PendingAcks(),
-            messaging.Publisher(self.client, f"{self.full_topic}-DLQ"),
-            deletion_policy(self.settings),
-            f"idle-{uuid.uuid4().hex[:6]}",  # no worker polls it: a started run stays running
-            ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-            system_topic=self.full_topic,
             resubscribe=self.subscribe if resubscribe_idle_seconds else None,
             resubscribe_idle_seconds=resubscribe_idle_seconds,
         )

@@ -24,7 +24,7 @@ from ledger_deletion.contracts import DeletionInput, DeletionResult, MessageRef,
 from ledger_deletion.policy import deletion_policy
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from workers.ingest import Ingestor
+from tests.integration.ingest_loop import unpolled_ingestor
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
 
 pytestmark = pytest.mark.stack
@@ -57,15 +57,14 @@ async def test_sweeper_settles_messages_of_ended_workflows(
     pending = messaging.PendingAcks()
     policy = deletion_policy(settings)
     # Acks of these workflows go to a queue nobody polls: they give up, as when Temporal was down too long.
-    ingestor = Ingestor(
+    ingestor = unpolled_ingestor(
+        settings,
         temporal_client,
+        client,
+        topic,
         consumer,
         pending,
-        messaging.Publisher(client, f"{topic}-DLQ"),
-        policy,
-        settings.task_queue("workflow"),
-        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-        system_topic=topic,
+        workflow_queue=settings.task_queue("workflow"),
     )
     completed, running, terminated = (request(new_ledger_id()) for _ in range(3))
     idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: that workflow stays running
@@ -128,17 +127,8 @@ async def test_sweeper_hands_the_message_of_a_deleted_execution_to_a_new_run(
     topic = f"{settings.topic}-sweep-deleted-{uuid.uuid4().hex[:6]}"
     client, consumer, [message] = received(settings, topic, 1)
     pending = messaging.PendingAcks()
-    idle_queue = f"idle-{uuid.uuid4().hex[:6]}"  # no worker polls it: every run stays running
-    ingestor = Ingestor(
-        temporal_client,
-        consumer,
-        pending,
-        messaging.Publisher(client, f"{topic}-DLQ"),
-        deletion_policy(settings),
-        idle_queue,
-        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-        system_topic=topic,
-    )
+    # Runs start on a queue no worker polls: every run stays running.
+    ingestor = unpolled_ingestor(settings, temporal_client, client, topic, consumer, pending)
     req = request(new_ledger_id())
     key = str(message.message_id())
     pending.hold(key, consumer, message.message_id())

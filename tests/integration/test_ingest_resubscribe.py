@@ -18,11 +18,10 @@ from temporalio.client import Client
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.formats.avro import encode_request
-from ledger_deletion.policy import deletion_policy
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
+from tests.integration.ingest_loop import unpolled_ingestor
 from tests.operators.helpers import eventually
-from workers.ingest import Ingestor
 
 pytestmark = pytest.mark.stack
 
@@ -43,17 +42,14 @@ async def test_quiet_consumer_is_replaced_once_it_holds_nothing(
 
     first = subscribe()
     pending = messaging.PendingAcks()
-    # No worker polls this queue: the request's workflow starts and stays running, its message held.
-    idle_queue = f"idle-{uuid.uuid4().hex[:6]}"
-    ingestor = Ingestor(
+    # No worker polls its workflow queue: the request's workflow starts and stays running, its message held.
+    ingestor = unpolled_ingestor(
+        settings,
         temporal_client,
+        client,
+        topic,
         first,
         pending,
-        messaging.Publisher(client, f"{topic}-DLQ"),
-        deletion_policy(settings),
-        idle_queue,
-        ack_queue=f"nobody-{uuid.uuid4().hex[:6]}",
-        system_topic=topic,
         resubscribe=subscribe,
         resubscribe_idle_seconds=1.0,
     )
