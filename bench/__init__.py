@@ -1,1 +1,2 @@
-"""Benchmarks: the throughput benchmark (``benchmark.py``), its baselines and the server-cost probes."""
+"""Benchmarks: the deletion service against a PIP-186 consumer (``benchmark.py``) and reconcile's scan
+(``reconcile_benchmark.py``); their tests are in ``bench/tests``."""

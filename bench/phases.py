@@ -1,5 +1,5 @@
-"""One benchmark phase: what it runs (the pools, the PIP-186 consumer, trivial workflows) and what it
-measures (rates, latencies, history shapes, CPU and RSS per process); the run's configuration."""
+"""One benchmark phase: what it runs (the pools, the PIP-186 consumer) and what it measures (rates,
+latencies, history events, CPU and RSS per process); the run's configuration."""
 
 from __future__ import annotations
 
@@ -15,30 +15,24 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from google.protobuf.duration_pb2 import Duration
 from pydantic import TypeAdapter
-from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from bench.faults import FAULT_RATE_ENV
 from bench.mix import Seeded
 from bench.processes import (
     ROOT,
     Proc,
-    ServerPlacement,
     StackProcs,
-    restart_temporal_empty,
     spawn,
     usage,
     wait_for_line,
 )
-from bench.trivial import TRIVIAL_WORKFLOW, TrivialInput
 from bench.worker import CONSUMER_OFFSET_ENV
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable
-from devstack.stack import Stack, StackEndpoints
+from devstack.stack import StackEndpoints
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.settings import Settings
@@ -59,8 +53,7 @@ class Run:
     cluster: SimulatedCluster
     client: Client
     base_env: dict[str, str]
-    inflight: int = 100  # received-not-acked messages per pulsar process; running workflows in C
-    c_pollers: str = ""  # C's pollers; empty: the same as the pools'
+    inflight: int = 100  # received-not-acked messages per pulsar process
     extra_env: dict[str, str] = field(default_factory=dict)  # more LEDGER_DELETION_* settings for the pools
     storage_sample: int = 2000  # ledgers/objects checked in ZooKeeper and S3 after a phase; 0 = all
 
@@ -95,21 +88,6 @@ class Run:
     @property
     def colocated(self) -> bool:
         return self._flag("LEDGER_DELETION_COLOCATE_POOLS")
-
-    @property
-    def sandboxed(self) -> bool:
-        """The pools run workflows in the SDK's sandbox; C's workflow worker then does too."""
-        return self._flag("LEDGER_DELETION_WORKFLOW_SANDBOX")
-
-    def pollers(self, role: str) -> str:
-        """C's pollers for ``role``: ``--c-pollers`` if given, else what the pools use (the workflow
-        pool's for C's workflow worker, an activity pool's for its activity worker)."""
-        if self.c_pollers:
-            return self.c_pollers
-        name = "activity_task_pollers" if role == "activity" else "workflow_task_pollers"
-        default = Settings.model_fields[name].default
-        configured = self.extra_env.get(f"LEDGER_DELETION_{name.upper()}", default)
-        return str(TypeAdapter(int).validate_python(configured))
 
     def settings(self, phase: str) -> Settings:
         ep = self.endpoints
@@ -215,21 +193,10 @@ async def closed_workflows(client: Client, task_queue: str) -> list[Closed]:
     return out
 
 
-@dataclass(frozen=True)
-class Shape:
-    """What a workflow asked of the server: activities scheduled, how many of them in the first round, and
-    each one's [start-to-close, schedule-to-start] timeouts in seconds (0: none)."""
-
-    activities: int
-    first_round: int
-    timeouts: tuple[tuple[float, float], ...] = ()
-
-
 @dataclass
 class HistorySample:
     """What sampled workflows asked of the server, in the order they were sampled."""
 
-    shapes: list[Shape] = field(default_factory=list)
     kinds: Counter[str] = field(default_factory=Counter)  # event types, over every sampled history
     # Each workflow's state transitions as the server counted them (DescribeWorkflowExecution): every
     # mutable-state write, what a Temporal cluster's persistence capacity is sized by.
@@ -237,7 +204,7 @@ class HistorySample:
 
 
 async def history_sample(client: Client, ids: Iterable[str]) -> HistorySample:
-    """The shape, event types and state transitions of every sampled workflow."""
+    """The event types and state transitions of every sampled workflow."""
     sample = HistorySample()
     for workflow_id in ids:
         handle = client.get_workflow_handle(workflow_id)
@@ -245,28 +212,7 @@ async def history_sample(client: Client, ids: Iterable[str]) -> HistorySample:
         described = await handle.describe()
         sample.transitions.append(described.raw_description.workflow_execution_info.state_transition_count)
         sample.kinds.update(event.WhichOneof("attributes") or "" for event in history.events)
-        scheduled = [
-            event.activity_task_scheduled_event_attributes
-            for event in history.events
-            if event.HasField("activity_task_scheduled_event_attributes")
-        ]
-        # Activities scheduled by the same workflow task completion form one round.
-        rounds = [attributes.workflow_task_completed_event_id for attributes in scheduled]
-        timeouts = tuple(
-            (_seconds(attributes.start_to_close_timeout), _seconds(attributes.schedule_to_start_timeout))
-            for attributes in scheduled
-        )
-        sample.shapes.append(Shape(len(rounds), rounds.count(rounds[0]) if rounds else 0, timeouts))
     return sample
-
-
-def _seconds(duration: Duration) -> float:
-    """A timeout of an activity's scheduled event; 0 when the server recorded none (unset or unbounded)."""
-    seconds = duration.ToTimedelta().total_seconds()
-    return seconds if 0 < seconds <= _TIMEOUT_BOUND_SECONDS else 0.0
-
-
-_TIMEOUT_BOUND_SECONDS = 24 * 3600.0
 
 
 def start_pools(
@@ -301,7 +247,6 @@ class AResult:
     events_happy: float = 0.0
     events_all: float = 0.0
     activities_per_wf: float = 0.0
-    shapes: list[Shape] = field(default_factory=list)
     p50_ms: float = 0.0
     p95_ms: float = 0.0
     p99_ms: float = 0.0
@@ -339,7 +284,7 @@ async def run_a(
         for proc in procs:
             proc.mark()
         if stack_procs:
-            stack_procs.mark(phase)
+            stack_procs.mark()
         began = time.time()
         join = publish_in_background(run.settings(phase), seeded, rate)
         queue = run.settings(phase).task_queue("workflow")
@@ -392,8 +337,8 @@ async def run_a(
         ids = sorted(by_id)
         ids = random.Random(0).sample(ids, min(sample_histories, len(ids)))
         sample = await history_sample(run.client, ids)
-        result.shapes = sample.shapes
-        result.activities_per_wf = statistics.mean(s.activities for s in result.shapes)
+        scheduled = sample.kinds["activity_task_scheduled_event_attributes"]
+        result.activities_per_wf = scheduled / len(ids)
         result.event_kinds = dict(sample.kinds)
         result.transitions = statistics.mean(sample.transitions)
         deleted = Outcome.DELETED.value
@@ -487,143 +432,3 @@ def run_b(
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
         resubscribed=data.get("resubscribed", 0),
     )
-
-
-# --- C: the orchestration limit ---------------------------------------------------------------------------
-
-
-@dataclass
-class CResult:
-    n: int
-    activities: float  # mean per workflow (the shapes are A's)
-    first_round: float
-    seconds: float
-    rate: float
-    steady_rate: float
-    procs: dict[str, dict[str, float]]
-    servers_cpu: dict[str, float]
-    head_seconds: float = 0.0
-    tail_seconds: float = 0.0
-    server_work: dict[str, float] = field(default_factory=dict)
-    transitions: float = 0.0  # state transitions per workflow, over as many sampled histories as A's
-
-
-async def run_c(
-    run: Run, n: int, shapes: list[Shape], stack_procs: StackProcs, timeout: float = 3600
-) -> CResult:
-    """N trivial workflows, the i-th shaped like ``shapes[i % len(shapes)]`` (A's sampled histories)."""
-    queue = f"{run.prefix('c')}-trivial"
-    roles = ("both",) if run.colocated else ("workflow", "activity")
-    activity_queue = queue if run.colocated else f"{queue}-activities"
-    procs = [
-        spawn(
-            f"c-{role}",
-            [
-                sys.executable,
-                str(ROOT / "bench" / "orchestration_limit.py"),
-                "--address",
-                run.endpoints.temporal_address,
-                "--queue",
-                queue,
-                "--role",
-                role,
-                "--pollers",
-                run.pollers(role),
-                *(["--sandbox"] if run.sandboxed else []),
-            ],
-            run.base_env,
-            run.logs,
-        )
-        for role in roles
-    ]
-    # As A's pulsar pool acks in the process that started the run, the starter runs every workflow's last
-    # activity on a queue of its own: that frees the workflow's slot, as an ack frees a message's.
-    starter_queue = f"{queue}-starter"
-    finished: dict[str, asyncio.Event] = {}
-
-    @activity.defn(name="noop")
-    async def finish(step: int) -> int:
-        done = finished.get(activity.info().workflow_id or "")
-        if done is not None:
-            done.set()
-        return step
-
-    starter = Worker(
-        run.client,
-        task_queue=starter_queue,
-        activities=[finish],
-        max_concurrent_activities=64,
-        activity_task_poller_behavior=PollerBehaviorSimpleMaximum(int(run.pollers("activity"))),
-    )
-    try:
-        for proc in procs:
-            wait_for_line(proc, "worker running")
-            proc.mark()
-        stack_procs.mark("c")
-        began = time.time()
-        starting, running = asyncio.Semaphore(32), asyncio.Semaphore(run.inflight)
-
-        async def start(index: int) -> None:
-            # As the ingest loop: at most 32 starts at a time, at most ``inflight`` workflows not finished.
-            shape = shapes[index % len(shapes)]
-            workflow_id = f"{queue}/{index}"
-            finished[workflow_id] = asyncio.Event()
-            async with running:
-                async with starting:
-                    await run.client.start_workflow(
-                        TRIVIAL_WORKFLOW,
-                        TrivialInput(
-                            shape.activities,
-                            activity_queue,
-                            shape.first_round,
-                            [list(pair) for pair in shape.timeouts],
-                            starter_queue,
-                        ),
-                        id=workflow_id,
-                        task_queue=queue,
-                    )
-                await finished[workflow_id].wait()
-
-        async with starter:
-            starts = asyncio.gather(*(start(i) for i in range(n)))
-            await wait_closed(run.client, queue, n, timeout, "C")
-            await starts
-        for proc in procs:
-            proc.sample()
-        servers = stack_procs.cpu()
-        work = stack_procs.work(n)
-    finally:
-        for proc in procs:
-            proc.stop()
-    closed = await closed_workflows(run.client, queue)
-    end = max(c.close for c in closed)
-    in_order = sorted(c.close for c in closed)
-    used = [shapes[i % len(shapes)] for i in range(n)]
-    ids = random.Random(0).sample(sorted(c.workflow_id for c in closed), min(len(shapes), len(closed)))
-    sample = await history_sample(run.client, ids)
-    return CResult(
-        n=len(closed),
-        activities=statistics.mean(s.activities for s in used),
-        first_round=statistics.mean(s.first_round for s in used),
-        seconds=end - began,
-        rate=len(closed) / (end - began),
-        steady_rate=steady_rate([c.close for c in closed]),
-        procs=usage(procs),
-        servers_cpu=servers,
-        server_work=work,
-        transitions=statistics.mean(sample.transitions),
-        head_seconds=in_order[0] - began,
-        tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1],
-    )
-
-
-async def empty_temporal_database(stack: Stack, run: Run, placement: ServerPlacement) -> None:
-    """Restart the Temporal server on an empty database, so C starts where A started.
-
-    The dev server's cost per workflow grows with its database within minutes (plain trivial workflows:
-    65 → 75 → 108 ms of server CPU over 3,000 workflows in ``bench/server_cost.py``), so a C measured
-    after A on A's database would be handicapped.
-    """
-    restart_temporal_empty(stack)
-    placement.apply(stack)
-    run.client = await Client.connect(run.endpoints.temporal_address)
