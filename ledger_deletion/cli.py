@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from enum import StrEnum
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated
 
@@ -16,14 +17,13 @@ app = typer.Typer(
     name="ledger-deletion",
     help=(
         "Durable two-phase deletion of orphaned Apache Pulsar ledgers (the consumer side of PIP-186), "
-        "orchestrated by Temporal. Settings come from the environment (see README); defaults point at the "
-        "embedded stack started by `ledger-deletion stack up`."
+        "orchestrated by Temporal. Settings come from the environment (see README). Where the dev stack "
+        "(ledger-deletion-devstack) is installed, `stack`, `demo` and `soak` run the service on loopback."
     ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-# Piped output (CI logs, `| tee`) gets a width that fits the demo table instead of 80 columns.
-console = Console(width=None if sys.stdout.isatty() else 150)
+console = Console()
 errors = Console(stderr=True)
 
 
@@ -106,22 +106,6 @@ def submit(
 
 
 @app.command()
-def demo(
-    grace_seconds: Annotated[
-        float, typer.Option(help="In-use re-check interval used by the demo (production default 60 s).")
-    ] = 3.0,
-) -> None:
-    """The main job on the embedded stack: build a small Pulsar cluster, trim it the way PIP-186's mark
-    phase does, run every pool, wait until every request is done, and print what happened to each ledger.
-
-    Starts the stack if needed (and leaves it running; `ledger-deletion stack down` stops it). Exit code 0
-    only when every outcome and the state of ZooKeeper and S3 are exactly as the scenario expects."""
-    from ledger_deletion.demo import run_demo
-
-    raise typer.Exit(run_demo(console, grace_seconds=grace_seconds))
-
-
-@app.command()
 def setup() -> None:
     """Register the custom search attributes on the Temporal namespace (idempotent; for production)."""
     import asyncio
@@ -132,35 +116,32 @@ def setup() -> None:
     console.print(f"search attributes registered ({added} new)")
 
 
-def _mount_optional() -> None:
-    """Sub-apps that need extras (the dev stack, Spark) are mounted when installed."""
+COMMANDS_GROUP = "ledger_deletion.commands"
+
+
+def _mount_commands() -> None:
+    """The operator commands and reconcile always; commands of other installed distributions from the
+    ``ledger_deletion.commands`` entry points (the dev stack's ``stack``, ``demo`` and ``soak``), so a
+    deployment without the dev stack has no command that would need it."""
     from ledger_deletion.ops.cli import mount as mount_operator_commands
+    from reconcile.cli import reconcile
 
-    mount_operator_commands(app)  # list, show, inflight, dlq: always available
-    try:
-        from devstack.cli import stack_app
-
-        app.add_typer(
-            stack_app, name="stack", help="The embedded stack on loopback: up | down | status | env."
-        )
-    except ImportError:  # pragma: no cover - stack extra not installed
-        pass
-    try:
-        from reconcile.cli import reconcile
-
-        app.command(name="reconcile")(reconcile)
-    except ImportError:  # pragma: no cover - spark extra not installed
-        pass
-    try:
-        import devstack.faults  # noqa: F401 - the soak runs its own embedded stack (stack extra)
-        from ledger_deletion.soak import soak_command
-
-        app.command(name="soak")(soak_command())
-    except ImportError:  # pragma: no cover - stack extra not installed
-        pass
+    mount_operator_commands(app)  # list, show, inflight, dlq
+    app.command(name="reconcile")(reconcile)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        try:
+            command = entry.load()
+        except Exception as exc:  # a broken add-on must not take the service's own commands down with it
+            errors.print(f"[yellow]command {entry.name!r} ({entry.value}) not loaded:[/yellow] {exc}")
+            continue
+        panel = entry.dist.name if entry.dist is not None else None
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=entry.name, rich_help_panel=panel)
+        else:
+            app.command(name=entry.name, rich_help_panel=panel)(command)
 
 
-_mount_optional()
+_mount_commands()
 
 
 def main() -> None:

@@ -18,9 +18,9 @@ from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable, read_dead_letters
+from devstack.soak import Batch, build_batch, publish_batch, run_marks, settle, wait_quiet
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
-from ledger_deletion.soak import Batch, build_batch, publish_batch, run_marks, settle, wait_quiet
 from ledger_deletion.submit import RequestPublisher
 
 # "No workflow stuck": every workflow of a batch must close within this many seconds of publishing, faults

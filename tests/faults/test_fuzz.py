@@ -20,11 +20,11 @@ from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from devstack.faults import read_dead_letters
+from devstack.soak import latest_result
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.formats.avro import decode_request
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from ledger_deletion.soak import latest_result
 from ledger_deletion.submit import RequestPublisher
 from tests.conftest import running_pools
 from tests.faults.fuzz_corpus import corpus

@@ -20,9 +20,9 @@ from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from devstack.faults import PoolSet, count_redeliverable
+from devstack.soak import latest_result
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.settings import Settings
-from ledger_deletion.soak import latest_result
 from ledger_deletion.submit import RequestPublisher
 from tests.faults.support import CLOSE_BOUND_SECONDS, run_batch
 

@@ -22,12 +22,12 @@ from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from devstack.faults import S3FaultProxy
+from devstack.soak import latest_result, wait_quiet
 from devstack.stack import StackEndpoints
 from ledger_deletion.contracts import DeletionResult, Outcome
 from ledger_deletion.formats.avro import encode_request
 from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from ledger_deletion.soak import latest_result, wait_quiet
 from ledger_deletion.submit import RequestPublisher
 from tests.conftest import running_pools, wait_until_all_acked
 from tests.faults.conftest import make_fault_settings

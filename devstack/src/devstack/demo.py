@@ -21,9 +21,13 @@ from rich.table import Table
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from devstack.cluster import SimulatedCluster
+from devstack.scenario import Scenario, build_and_mark
+from devstack.stack import Stack, default_state_dir
 from ledger_deletion.contracts import DeletionResult, Outcome
 from ledger_deletion.settings import load_settings
 from ledger_deletion.submit import RequestPublisher
+from workers.pools import RunningPools, run_pools
 
 ENDPOINT_FIELDS = {
     "temporal_address",
@@ -50,11 +54,6 @@ def run_demo(console: Console, *, grace_seconds: float = 3.0, state_dir: Path | 
 
 
 async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) -> int:
-    from devstack.cluster import SimulatedCluster
-    from devstack.scenario import build_and_mark
-    from devstack.stack import Stack, default_state_dir
-    from workers.pools import RunningPools, run_pools
-
     console.rule("[bold]1. embedded stack")
     with console.status("starting ZooKeeper, Temporal, pulsar-lite, S3 and the admin emulator..."):
         endpoints = await asyncio.to_thread(Stack(state_dir or default_state_dir()).up)
@@ -138,10 +137,7 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         zk.close()
 
 
-async def _wait(console: Console, client: Client, scenario: object) -> dict[str, DeletionResult]:
-    from devstack.scenario import Scenario
-
-    assert isinstance(scenario, Scenario)
+async def _wait(console: Console, client: Client, scenario: Scenario) -> dict[str, DeletionResult]:
     ids = sorted({c.request.workflow_id for c in scenario.cases})
     results: dict[str, DeletionResult] = {}
     started = time.monotonic()
@@ -168,10 +164,7 @@ async def _wait(console: Console, client: Client, scenario: object) -> dict[str,
     return results
 
 
-def _table(scenario: object, results: dict[str, DeletionResult]) -> Table:
-    from devstack.scenario import Scenario
-
-    assert isinstance(scenario, Scenario)
+def _table(scenario: Scenario, results: dict[str, DeletionResult]) -> Table:
     table = Table(title=f"ledgers of {scenario.namespace}", show_lines=False)
     for column in ("ledger", "where", "case", "outcome", "as expected", "detail"):
         table.add_column(column, overflow="fold")

@@ -11,7 +11,7 @@ subscription. The last line is::
     left_orphaned=N   (one line)
 
 ``wrongly_deleted``, ``left_orphaned`` and ``unacked`` must be 0. The workload pieces (:class:`Batch`,
-:func:`build_batch`, :func:`settle`) are shared with ``tests/faults``. Dev tooling: needs the ``stack`` extra.
+:func:`build_batch`, :func:`settle`) are shared with ``tests/faults``.
 """
 
 from __future__ import annotations
@@ -593,8 +593,3 @@ def soak_cli(
 
 
 soak_cli.__doc__ = soak.__doc__
-
-
-def soak_command() -> Callable[..., None]:
-    """The typer command, mounted as ``ledger-deletion soak`` by ``ledger_deletion.cli``."""
-    return soak_cli

@@ -1,9 +1,13 @@
-"""``ledger-deletion stack ...``: start, stop and inspect the embedded stack on loopback."""
+"""``ledger-deletion stack ...`` (start, stop and inspect the embedded stack on loopback) and
+``ledger-deletion demo``: dev commands, mounted into the product's CLI by the ``ledger_deletion.commands``
+entry points of this distribution.
+"""
 
 from __future__ import annotations
 
 import logging
 import shlex
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -18,12 +22,15 @@ stack_app = typer.Typer(
     help=(
         "The embedded stack on loopback: ZooKeeper, Temporal dev server (+ UI), pulsar-lite, moto S3 and the "
         "Pulsar admin emulator, each a background process with its pid file, log and data under the state "
-        "directory. Its ports are the defaults of every LEDGER_DELETION_* setting."
+        "directory. `stack env` prints the settings that point the service at it."
     ),
+    short_help="The embedded stack on loopback: up | down | status | env | logs.",
     no_args_is_help=True,
 )
 console = Console()
 errors = Console(stderr=True)
+# Piped output (CI logs, `| tee`) gets a width that fits the demo's table instead of 80 columns.
+demo_console = Console(width=None if sys.stdout.isatty() else 150)
 
 StateDir = Annotated[
     Path,
@@ -125,3 +132,19 @@ def logs(
     errors.print(f"[dim]{path}[/dim]")
     if path.exists():
         typer.echo("\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+
+
+def demo(
+    grace_seconds: Annotated[
+        float, typer.Option(help="In-use re-check interval used by the demo (production default 60 s).")
+    ] = 3.0,
+) -> None:
+    """The main job on the embedded stack, start to finish, and what became of each ledger.
+
+    Builds a small Pulsar cluster, trims it the way PIP-186's mark phase does, runs every pool, waits until
+    every request is done, and prints what happened to each ledger. Starts the stack if needed (and leaves
+    it running; `ledger-deletion stack down` stops it). Exit code 0 only when every outcome and the state of
+    ZooKeeper and S3 are exactly as the scenario expects."""
+    from devstack.demo import run_demo
+
+    raise typer.Exit(run_demo(demo_console, grace_seconds=grace_seconds))
