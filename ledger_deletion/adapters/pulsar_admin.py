@@ -20,7 +20,6 @@ from ledger_deletion.errors import (
     AdminApiUnavailable,
     AuthorizationError,
     InvalidRequestError,
-    PermanentError,
 )
 
 REDIRECT_CODES = {301, 302, 303, 307, 308}
@@ -33,6 +32,28 @@ REDIRECT_CODES = {301, 302, 303, 307, 308}
 UNMAPPED_EXCEPTION_MESSAGE = "Request failed."
 # How a broker's reason begins when it refuses to load a transaction-internal managed ledger as a topic.
 TRANSACTION_INTERNAL_REFUSAL = "Can not create transaction system topic"
+
+# The only answers that say a request can never succeed: Pulsar finds the topic name itself invalid
+# (AdminResource.validateTopicName: TopicName.get threw IllegalArgumentException;
+# validatePartitionedTopicName). Such a request is dead-lettered at once (InvalidRequestError).
+INVALID_NAME_REASONS = (
+    "Topic name is not valid",
+    "Partitioned Topic Name should not contain '-partition-'",
+)
+# Every other failure is retried (AdminApiUnavailable), then dead-lettered when the retries are spent. A
+# broker gives these answers while a rolling restart or a bundle move is under way, so taking them for
+# permanent would send a mass of requests to the dead-letter topic:
+# - 412 "Failed to find ownership for topic:<t>" (PulsarWebResource.validateTopicOwnershipAsync: no broker's
+#   web service URL for the bundle yet, as while it is unloaded or its owner restarts) and 412 "Can't find
+#   owner for topic <t>" (the same lookup failing with IllegalArgumentException/IllegalStateException); a 412
+#   of a global namespace's replication settings (checkLocalOrGetPeerReplicationCluster), fixed by
+#   configuration, is retried the same way;
+# - 429 (RateLimitingFilter: sendError(429, "Too Many Requests") past httpRequestsMaxPerSecond);
+# - 500 (RestException(Throwable): any exception a resource does not map, a metadata-store timeout among them)
+#   and 503 (validateGlobalNamespaceOwnership and the cluster checks: "Failed to validate ... configuration");
+# - 409 other than the transaction refusal (resumeAsyncResponseExceptionally maps a metadata-store
+#   BadVersionException to "Concurrent modification");
+# - any status of a proxy or load balancer in front of the brokers, and a connection reset or timeout.
 
 
 @dataclass(frozen=True)
@@ -131,7 +152,7 @@ class PulsarAdminClient:
                 headers["Authorization"] = f"Bearer {self.token}"
             try:
                 response = self._http.get(url, params=query, headers=headers)
-            except httpx.TransportError as exc:
+            except httpx.RequestError as exc:  # connection refused or reset, timeout, a body cut short
                 raise AdminApiUnavailable(
                     f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}"
                 ) from exc
@@ -178,12 +199,12 @@ class PulsarAdminClient:
             )
         if status in (401, 403):
             raise AuthorizationError(f"admin API {parts.netloc} answered {status}")
-        if status == 412:
+        if status == 412 and _rejects_the_name(response):
             raise InvalidRequestError(f"admin API rejected the topic name ({status}): {response.text[:200]}")
-        if status >= 500 or status == 429:
-            raise AdminApiUnavailable(f"admin API {parts.netloc} answered {status}: {response.text[:200]}")
         if status != 200:
-            raise PermanentError(f"admin API {parts.netloc} answered {status}: {response.text[:200]}")
+            # Everything else may pass: see TRANSIENT_STATUSES. Retried, and dead-lettered with this reason
+            # once the retries are spent; never taken for an answer about the topic.
+            raise AdminApiUnavailable(f"admin API {parts.netloc} answered {status}: {response.text[:200]}")
         try:
             return AdminResponse(found=True, body=response.json(), served_by=served_by)
         except ValueError as exc:
@@ -197,6 +218,16 @@ def _is_pulsar_error(response: httpx.Response) -> bool:
     except ValueError:
         return False
     return isinstance(body, dict) and isinstance(body.get("reason"), str)
+
+
+def _rejects_the_name(response: httpx.Response) -> bool:
+    """Is this Pulsar's 412 for a topic name it finds invalid (``INVALID_NAME_REASONS``)?"""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return isinstance(reason, str) and reason.startswith(INVALID_NAME_REASONS)
 
 
 def _transaction_internal_refusal(response: httpx.Response) -> str:
