@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -117,6 +120,25 @@ def setup() -> None:
 
 
 COMMANDS_GROUP = "ledger_deletion.commands"
+# Optional extras of pyproject.toml: a name for people and the modules a command needs from each.
+EXTRAS = {"spark": ("Spark", ("pyspark", "pyarrow", "matplotlib"))}
+
+
+def needs_extra(extra: str, name: str, command: Callable[..., Any]) -> Callable[..., Any]:
+    """Command ``name``, refusing to start with one line naming the ``pip install`` when ``extra`` is missing.
+
+    Checked before the command runs, so a long job does not fail half-way at its first import of the extra.
+    """
+    label, modules = EXTRAS[extra]
+
+    @functools.wraps(command)  # typer reads the options from the wrapped signature
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        if any(importlib.util.find_spec(module) is None for module in modules):
+            typer.echo(f"{name} needs the {label} extra: pip install 'ledger-deletion[{extra}]'", err=True)
+            raise typer.Exit(2)
+        return command(*args, **kwargs)
+
+    return checked
 
 
 def _mount_commands() -> None:
@@ -127,7 +149,7 @@ def _mount_commands() -> None:
     from reconcile.cli import reconcile
 
     mount_operator_commands(app)  # list, show, inflight, dlq
-    app.command(name="reconcile")(reconcile)
+    app.command(name="reconcile")(needs_extra("spark", "reconcile", reconcile))
     for entry in entry_points(group=COMMANDS_GROUP):
         try:
             command = entry.load()
