@@ -157,6 +157,9 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535)
     temporal_metrics_port: int = Field(default=9465, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
+    # How often a pulsar-pool process refreshes the ledger_deletion_inflight_estimate gauge (a visibility
+    # query and the admin API's topic stats each time); 0 turns it off.
+    inflight_metric_seconds: float = Field(default=60.0, ge=0)
 
     @field_validator("step_retry")
     @classmethod

@@ -37,6 +37,7 @@ from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
+from ledger_deletion.ops import inflight
 from ledger_deletion.policy import deletion_policy, describe_policy
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
@@ -208,9 +209,14 @@ async def run_pools(
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
         sweeper: asyncio.Task[None] | None = None
+        inflight_gauge: asyncio.Task[None] | None = None
         if running.ingestor is not None:
             ingest_task = asyncio.create_task(running.ingestor.run(ingest_stop))
             sweeper = asyncio.create_task(running.ingestor.sweep_forever(stop, settings.ack_sweep_seconds))
+            if settings.inflight_metric_seconds:
+                inflight_gauge = asyncio.create_task(
+                    inflight.report_forever(temporal, settings, stop, settings.inflight_metric_seconds)
+                )
         log.info("pools %s running (ack queue %s)", sorted(wanted), running.ack_queue or "-")
         if started is not None and not started.done():
             started.set_result(running)
@@ -228,6 +234,8 @@ async def run_pools(
                 await _drain(running.ingestor, settings.shutdown_grace_seconds)
         if sweeper is not None:
             await sweeper
+        if inflight_gauge is not None:
+            await inflight_gauge
         await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
         for task in worker_tasks:
             if task.done() and not task.cancelled() and task.exception():

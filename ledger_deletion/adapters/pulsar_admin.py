@@ -134,6 +134,30 @@ class PulsarAdminClient:
         """
         return self._get(f"{topic_path(topic_name)}/internal-info", {}, unmapped_500_ok=unmapped_500_ok)
 
+    def subscription_backlog(self, topic_name: str, subscription: str) -> int:
+        """``msgBacklog`` of a subscription: messages published to the topic and not yet acked by it.
+
+        A partitioned topic's ``partitioned-stats`` sums its partitions' (PersistentTopicsBase
+        .internalGetPartitionedStats, ``perPartition=false``); for a non-partitioned topic that endpoint
+        answers Pulsar's 404 and the topic's own ``stats`` (from its owner, after a 307) has it. 0 when the
+        topic or the subscription does not exist: nothing is waiting for it.
+
+        Raises:
+            AdminApiUnavailable: an answer without the stats' ``subscriptions`` map.
+        """
+        path = topic_path(topic_name)
+        response = self._get(f"{path}/partitioned-stats", {"perPartition": "false"})
+        if not response.found:
+            response = self._get(f"{path}/stats", {})
+            if not response.found:
+                return 0
+        body = response.body
+        subscriptions = body.get("subscriptions") if isinstance(body, dict) else None
+        if not isinstance(subscriptions, dict):
+            raise AdminApiUnavailable(f"stats of {topic_name[:80]} without a subscriptions map")
+        stats = subscriptions.get(subscription)
+        return int(stats.get("msgBacklog", 0)) if isinstance(stats, dict) else 0
+
     def internal_stats(self, topic_name: str) -> AdminResponse:
         """The owner broker's view of the topic (follows 307 to the owner)."""
         return self._get(
@@ -257,10 +281,16 @@ def _is_unmapped_exception(response: httpx.Response) -> bool:
 
 
 def topic_path(topic_name: str) -> str:
-    """REST path of a persistent topic: V2 ``tenant/ns/local``, V1 ``tenant/cluster/ns/local``.
+    """REST path of a persistent topic: V2 ``tenant/ns/local``, V1 ``tenant/cluster/ns/local``, either with
+    or without its ``persistent://`` domain (requests name topics without it, settings with it).
 
     The local part arrives in its encoded (managed-ledger) form, which Pulsar expects in the path as is.
     """
+    domain, separator, rest = topic_name.partition("://")
+    if separator:
+        if domain != "persistent":
+            raise InvalidRequestError(f"topic {topic_name[:80]!r} is not persistent: it has no ledgers")
+        topic_name = rest
     parts = topic_name.split("/")
     encoded = [quote(p, safe="%+*=:") for p in parts]
     if len(parts) == 3:

@@ -11,7 +11,7 @@ Ledger ids and topics are never labels (unbounded cardinality); they are span at
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -83,6 +83,25 @@ class Metrics:
             "{message}",
             "Messages received, not acked",
         )
+        # PIP-186's "estimated in-flight deletions", refreshed in the background (ops.inflight): reading it
+        # costs a visibility query and the admin API's topic stats, too much for a scrape.
+        self._inflight: dict[str, int] = {}
+        self._inflight_backlog_measured: int | None = None
+        self._inflight_lock = threading.Lock()
+        meter.create_observable_gauge(
+            "ledger_deletion_inflight_estimate",
+            [self._observe_inflight],
+            "{request}",
+            "Estimated in-flight deletions per tenant: running workflows plus the deletion subscription's "
+            "backlog (the system topic's as tenant '(system topic)')",
+        )
+        meter.create_observable_gauge(
+            "ledger_deletion_inflight_backlog_measured",
+            [self._observe_backlog_measured],
+            "1",
+            "1 when the in-flight estimate includes the subscription backlog, 0 when the admin API could "
+            "not give it (the estimate then counts running workflows only)",
+        )
 
     # --- counters ------------------------------------------------------------------------------------------
 
@@ -132,6 +151,22 @@ class Metrics:
                 self._pending_sources.pop(key, None)
 
         return unregister
+
+    def inflight_estimated(self, per_tenant: Mapping[str, int], backlog_measured: bool) -> None:
+        """Record a fresh in-flight estimate. A tenant seen before and absent now is reported as 0, so its
+        series drops to zero instead of keeping its last value until Prometheus marks it stale."""
+        with self._inflight_lock:
+            self._inflight = {tenant: 0 for tenant in self._inflight} | dict(per_tenant)
+            self._inflight_backlog_measured = int(backlog_measured)
+
+    def _observe_inflight(self, _: CallbackOptions) -> Iterable[Observation]:
+        with self._inflight_lock:
+            return [Observation(value, {"tenant": tenant}) for tenant, value in self._inflight.items()]
+
+    def _observe_backlog_measured(self, _: CallbackOptions) -> Iterable[Observation]:
+        with self._inflight_lock:
+            measured = self._inflight_backlog_measured
+        return [] if measured is None else [Observation(measured)]
 
     def _observe_pending(self, _: CallbackOptions) -> Iterable[Observation]:
         totals: dict[str, int] = {}

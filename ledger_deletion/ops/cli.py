@@ -212,10 +212,10 @@ def inflight(
 
     Measured: running workflows from Temporal visibility (by PulsarTenant); the deletion subscription's
     backlog from the brokers' admin REST topic stats (system-topic backlog is shown as "(system topic)",
-    it cannot be split by tenant before it is read). Where the admin REST has no topic stats (pulsar-lite,
-    the embedded broker) the backlog is shown as unavailable, not guessed. --metrics-url adds the messages
-    each pulsar-pool process holds received-but-unacked (its pending-ack gauge); those belong to running
-    workflows, so they are shown beside the estimate, not added to it.
+    it cannot be split by tenant before it is read). Where the admin REST has no topic stats the backlog is
+    shown as unavailable, not guessed. --metrics-url adds the messages each pulsar-pool process holds
+    received-but-unacked (its pending-ack gauge); those belong to running workflows, so they are shown
+    beside the estimate, not added to it.
     """
     from ledger_deletion.ops.inflight import InflightReport, estimate
 

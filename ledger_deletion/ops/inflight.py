@@ -7,15 +7,21 @@ What is measured, and from where:
 - backlog (messages published to a deletion topic but not yet acked by the service's subscription): the
   brokers' admin REST ``partitioned-stats`` (``msgBacklog`` of the subscription). The system topic is shared
   by every tenant, so its backlog is reported under ``(system topic)``; a per-namespace topic's backlog
-  belongs to its tenant. pulsar-lite (the embedded broker) has no admin REST: there the backlog is reported
-  as unavailable, never guessed.
+  belongs to its tenant. An admin API without topic stats leaves the backlog unavailable, never guessed (the
+  devstack's admin emulator answers them from pulsar-lite's subscription metrics).
 - held (optional): received-but-unacked messages each pulsar-pool process holds, scraped from its metrics
   endpoint (``ledger_deletion_pending_acks``). They are the same messages the running workflows hold, seen
   from the Pulsar side, so they are shown beside the total, not added to it.
+
+Every pulsar-pool process also exposes the estimate as the ``ledger_deletion_inflight_estimate`` gauge
+(:func:`report_forever`), so operators can alert on it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,13 +29,16 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, topic_path
+from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.errors import LedgerDeletionError
+from ledger_deletion.observability import metrics
 from ledger_deletion.ops.deletions import row_of, visibility_query
 from ledger_deletion.settings import Settings
 from ledger_deletion.tenancy import tenant_of_topic, tenant_topics
 
 SYSTEM = "(system topic)"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,17 +96,7 @@ def subscription_backlog(settings: Settings, topics: list[str]) -> dict[str, int
         settings.pulsar_admin_url, settings.pulsar_token_value, settings.admin_timeout_seconds
     )
     try:
-        backlog: dict[str, int] = {}
-        for topic in topics:
-            # Internal helper on purpose: it applies the token-across-redirect rule of the admin client.
-            response = admin._get(f"{topic_path(topic)}/partitioned-stats", {"perPartition": "false"})
-            if not response.found:
-                response = admin._get(f"{topic_path(topic)}/stats", {})
-            if not response.found or not isinstance(response.body, dict):
-                raise LookupError(f"no stats for {topic} (admin API without topic stats)")
-            subscription = (response.body.get("subscriptions") or {}).get(settings.subscription) or {}
-            backlog[topic] = int(subscription.get("msgBacklog", 0))
-        return backlog
+        return {topic: admin.subscription_backlog(topic, settings.subscription) for topic in topics}
     finally:
         admin.close()
 
@@ -120,7 +119,7 @@ async def estimate(
         report.tenants[name] = TenantInflight(name, running_workflows=count)
     topics = [settings.topic, *tenant_topics(settings)]
     try:
-        backlog = subscription_backlog(settings, topics)
+        backlog = await asyncio.to_thread(subscription_backlog, settings, topics)
         report.backlog_source = (
             f"admin REST {settings.pulsar_admin_url} (subscription {settings.subscription})"
         )
@@ -130,7 +129,7 @@ async def estimate(
                 continue
             entry = report.tenants.setdefault(owner, TenantInflight(owner))
             entry.backlog = (entry.backlog or 0) + count
-    except (LedgerDeletionError, LookupError, httpx.HTTPError, ValueError) as exc:
+    except (LedgerDeletionError, httpx.HTTPError, ValueError) as exc:
         report.backlog_error = f"backlog unavailable: {exc}"
     if metrics_urls:
         try:
@@ -138,3 +137,24 @@ async def estimate(
         except (httpx.HTTPError, ValueError, IndexError) as exc:
             report.held_error = f"pending-ack gauge unavailable: {type(exc).__name__}: {exc}"
     return report
+
+
+async def report_forever(
+    client: Client, settings: Settings, stop: asyncio.Event, every_seconds: float
+) -> None:
+    """Keep ``ledger_deletion_inflight_estimate`` fresh: estimate every ``every_seconds`` until ``stop``.
+
+    Every pulsar-pool process reports the same cluster-wide estimate; alert on ``max`` over processes.
+    """
+    while not stop.is_set():
+        try:
+            report = await estimate(client, settings)
+        except Exception as exc:  # a visibility query that failed: keep the last estimate, try again later
+            log.warning("in-flight estimate failed: %s: %s", type(exc).__name__, exc)
+        else:
+            metrics.current().inflight_estimated(
+                {t.tenant: t.estimate for t in report.tenants.values()},
+                backlog_measured=not report.backlog_error,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_seconds)
