@@ -1,20 +1,28 @@
-"""Benchmark of the reconcile pipeline: extract and reconcile time per cluster size, against plain Python.
+"""Benchmark of the reconcile job: ZooKeeper requests per ledger, candidates, extract and reconcile time.
 
-    python bench/reconcile_benchmark.py --sizes 1000,100000,1000000
+    python bench/reconcile_benchmark.py --sizes 1000,100000
 
 For each size it generates a synthetic cluster (``reconcile.generator``) into a ZooKeeper chroot and an S3
-bucket of its own, then measures
+bucket of its own, then runs the job on it once per mode, side by side on the same cluster:
 
-* extract: the parallel exporter (ZooKeeper BK ledgers + Pulsar references + bucket listing -> Parquet);
-* reconcile: ``reconcile.transform`` on Spark ``local[2]`` (read Parquet, anti-joins, filters, classification,
-  candidates counted, findings written as Parquet);
-* baseline: a single-process Python set difference over the same Parquet data (pyarrow -> sets);
+* ``full`` — the extract before the id listing: every ledger's metadata read, one request per znode
+  (``bk_metadata="all"``, ``multi_read=False``);
+* ``ids`` — ledger ids listed, metadata read for the unreferenced ones only, one request per znode (what a
+  ZooKeeper without multi-read, before 3.6, gets);
+* ``ids+multi`` — the same with reads batched into multi-reads: the job as it runs by default.
 
-and checks both against the generator's ground truth. Large clusters do not fit the embedded stack's
-ZooKeeper (256 MiB heap, shared with the tests), so by default the benchmark starts its own ZooKeeper
-(``--zk-heap``, forceSync off) and moto S3 on spare ports under ``--state-dir``; ``--zookeeper``/``--s3``
-point it at running servers instead. Generated clusters are cached in the state dir (``--regenerate`` to
-rebuild), so a re-run only measures.
+The headline is the number of requests ZooKeeper received during the extract, read from the server itself
+(``zk_packets_received`` of the ``mntr`` four-letter word), per BK ledger and as a ratio to ``full``; the
+count the client kept is beside it. Each run also reports its candidates (exactly the generator's ground
+truth? the same as ``full``'s?), and wall and CPU seconds of the extract (this process and its pool) and of
+the reconcile (this process and Spark's JVM), and the CPU seconds of the ZooKeeper server.
+
+The cluster has to be read by nothing else while it is measured, and large clusters do not fit the embedded
+stack's ZooKeeper: so the benchmark starts a ZooKeeper (``mntr`` enabled, ``--zk-heap``, forceSync off) and a
+moto S3 of its own, on spare ports, with their data under ``--state-dir``; generated clusters are cached
+there too (``--regenerate`` rebuilds them). Results (a JSON file, the table, each run's job output) go to
+``--out``, by default ``$XDG_STATE_HOME/ledger-deletion/bench/reconcile-<utc time>/``, outside the
+repository; the benchmark prints where.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import argparse
 import json
 import os
 import pickle
+import resource
 import shutil
 import signal
 import socket
@@ -30,6 +39,8 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +48,34 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from reconcile.extract import ExtractConfig  # noqa: E402
 from reconcile.generator import ClusterSpec, GroundTruth, plan_cluster, write_plan  # noqa: E402
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
+MODES: dict[str, dict[str, Any]] = {
+    "full": {"bk_metadata": "all", "multi_read": False},
+    "ids": {"bk_metadata": "candidates", "multi_read": False},
+    "ids+multi": {"bk_metadata": "candidates", "multi_read": True},
+}
+
+
+def _state_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ledger-deletion"
+
+
+def default_out() -> Path:
+    """``$XDG_STATE_HOME/ledger-deletion/bench/reconcile-<utc time>``: outside the repository."""
+    return _state_home() / "bench" / f"reconcile-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def default_state_dir() -> Path:
+    return _state_home() / "bench" / "reconcile-clusters"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Servers of our own
+# ---------------------------------------------------------------------------------------------------------
 
 
 def _port_open(port: int) -> bool:
@@ -49,10 +84,19 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> list[int]:
-    """Start ZooKeeper and moto if nothing answers on their ports; returns the pids started."""
-    pids: list[int] = []
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> int | None:
+    """Start ZooKeeper and moto unless something answers on their ports; returns ZooKeeper's pid when it is
+    ours (started now, or by an earlier run and still running), else None."""
     state.mkdir(parents=True, exist_ok=True)
+    pid_file = state / "zk.pid"
     if not _port_open(zk_port):
         (state / "zk").mkdir(exist_ok=True)
         cfg = state / "zoo.cfg"
@@ -84,17 +128,19 @@ def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> list
             str(cfg),
         ]
         with open(state / "zk.log", "ab") as log:
-            pids.append(subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True).pid)
+            proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+        pid_file.write_text(str(proc.pid))
     if not _port_open(s3_port):
         argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)]
         with open(os.devnull, "wb") as devnull:
-            pids.append(subprocess.Popen(argv, stdout=devnull, stderr=devnull, start_new_session=True).pid)
+            subprocess.Popen(argv, stdout=devnull, stderr=devnull, start_new_session=True)
     deadline = time.monotonic() + 60
     while not (_port_open(zk_port) and _port_open(s3_port)):
         if time.monotonic() > deadline:
             raise SystemExit("ZooKeeper/moto did not start; see the logs in the state dir")
         time.sleep(0.3)
-    return pids
+    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    return pid if pid is not None and _alive(pid) else None
 
 
 def s3_client(endpoint: str) -> Any:
@@ -111,6 +157,26 @@ def s3_client(endpoint: str) -> Any:
     )
 
 
+def packets_received(zookeeper: str) -> int:
+    """Requests the ZooKeeper server has received since it started (``mntr``: ``zk_packets_received``)."""
+    host, port = zookeeper.split("/", 1)[0].split(",")[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"mntr")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    for line in data.decode().splitlines():
+        key, _, value = line.partition("\t")
+        if key == "zk_packets_received":
+            return int(value)
+    raise RuntimeError(f"no zk_packets_received in mntr of {zookeeper}: is mntr in 4lw.commands.whitelist?")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Clusters
+# ---------------------------------------------------------------------------------------------------------
+
+
 def _bucket_exists(endpoint: str, bucket: str) -> bool:
     from botocore.exceptions import ClientError
 
@@ -122,7 +188,7 @@ def _bucket_exists(endpoint: str, bucket: str) -> bool:
 
 
 def spec_for(size: int, bucket: str) -> ClusterSpec:
-    # Offloading is rarer in big clusters here only to keep moto (~250 puts/s) within minutes.
+    # Offloading is rarer in big clusters here only to keep moto (a few hundred puts/s) within minutes.
     offloading = 0.4 if size <= 100_000 else 0.12
     return ClusterSpec(ledgers=size, bucket=bucket, offloading_fraction=offloading, seed=size)
 
@@ -157,11 +223,11 @@ def generate(state: Path, size: int, zookeeper: str, s3_endpoint: str, regenerat
     spec = spec_for(size, entry["bucket"])
     started = time.monotonic()
     plan = plan_cluster(spec)
-    root = KazooClient(hosts=zookeeper)
-    root.start()
-    root.ensure_path(entry["chroot"])
-    root.stop()
-    root.close()
+    zk = KazooClient(hosts=zookeeper, timeout=30)
+    zk.start()
+    zk.ensure_path(entry["chroot"])
+    zk.stop()
+    zk.close()
     zk = KazooClient(hosts=zookeeper + entry["chroot"], timeout=30)
     zk.start()
     s3 = s3_client(s3_endpoint)
@@ -195,177 +261,175 @@ def load_truth(state: Path, size: int) -> GroundTruth:
     return truth
 
 
-def python_set_difference(extract_dir: Path, cutoff_ms: int) -> dict[str, Any]:
-    """The baseline: one Python process, pyarrow -> sets, the rules of the Spark transform (no owners)."""
-    import re
-
-    import pyarrow.parquet as pq
-
-    started = time.monotonic()
-    bk = pq.read_table(
-        extract_dir / "bk_ledgers",
-        columns=["ledger_id", "application", "component", "ctime_ms", "state", "mtime_ms", "parse_error"],
-    ).to_pydict()
-    refs = pq.read_table(extract_dir / "references", columns=["ledger_id"]).column("ledger_id").to_pylist()
-    ctx = pq.read_table(extract_dir / "offload_contexts", columns=["ledger_id", "uuid"]).to_pydict()
-    objs = pq.read_table(extract_dir / "offload_objects", columns=["key", "last_modified_ms"]).to_pydict()
-    referenced = set(refs) | set(ctx["ledger_id"])
-    ctx_pairs = set(zip(ctx["uuid"], ctx["ledger_id"], strict=True))
-    ctx_uuids = set(ctx["uuid"])
-    bk_candidates = 0
-    for i, ledger_id in enumerate(bk["ledger_id"]):
-        if ledger_id in referenced or bk["application"][i] != "pulsar" or bk["ctime_ms"][i] >= cutoff_ms:
-            continue
-        if bk["state"][i] != "CLOSED" and bk["mtime_ms"][i] >= cutoff_ms:
-            continue
-        if bk["component"][i] in ("managed-ledger", "schema"):
-            bk_candidates += 1
-    ledger_key = re.compile(r"^([0-9a-f-]{36})-ledger-([0-9]+)(-index)?$")
-    offload_groups: set[tuple[str, int]] = set()
-    for key, modified in zip(objs["key"], objs["last_modified_ms"], strict=True):
-        m = ledger_key.match(key)
-        if m is None:
-            continue
-        pair = (m.group(1), int(m.group(2)))
-        if pair not in ctx_pairs and pair[1] not in referenced and modified < cutoff_ms:
-            offload_groups.add(pair)
-    del ctx_uuids
-    return {
-        "seconds": time.monotonic() - started,
-        "bk_candidates": bk_candidates,
-        "offload_candidates": len(offload_groups),
-    }
+# ---------------------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------------------
 
 
-def measure(
-    entry: dict[str, Any], state: Path, zookeeper: str, s3_endpoint: str, spark: Any, compare_spark_scan: bool
-) -> dict[str, Any]:
+def _cpu_of_this_process_and_its_waited_children() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _cpu_of(pid: int | None) -> float:
+    """User + system CPU seconds of a running process (0 when unknown)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Servers:
+    zookeeper: str
+    s3_endpoint: str
+    zk_pid: int | None
+
+
+def measure(entry: dict[str, Any], mode: str, out: Path, servers: Servers, spark: Any) -> dict[str, Any]:
+    """One run of the job on one cluster in one mode: extract, then reconcile, each measured apart."""
     from rich.console import Console
 
     from ledger_deletion.request import LedgerType
-    from reconcile.extract import ExtractConfig, list_bk_units, spark_scan_bk_ledgers
+    from reconcile.extract import BK_LEDGER_IDS, BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, extract_all
     from reconcile.job import JobConfig, run
 
-    size = entry["size"]
-    out = state / f"out-{size}"
-    if out.exists():
-        shutil.rmtree(out)
+    shutil.rmtree(out, ignore_errors=True)
     config = JobConfig(
         extract=ExtractConfig(
-            zookeeper=zookeeper + entry["chroot"],
-            s3_endpoint=s3_endpoint,
+            zookeeper=servers.zookeeper + entry["chroot"],
+            s3_endpoint=servers.s3_endpoint,
             buckets=(entry["bucket"],),
             workers=2,
+            **MODES[mode],
         ),
         out=out,
         min_age_seconds=0,
         master="local[2]",
     )
+    jvm = spark.sparkContext._gateway.proc.pid
+    packets, cpu, zk_cpu = (
+        packets_received(servers.zookeeper),
+        _cpu_of_this_process_and_its_waited_children(),
+        _cpu_of(servers.zk_pid),
+    )
+    started = time.monotonic()
+    extracted = extract_all(config.extract, out / "extract")
+    extract_s = time.monotonic() - started
+    extract_cpu = _cpu_of_this_process_and_its_waited_children() - cpu
+    zk_server_cpu = _cpu_of(servers.zk_pid) - zk_cpu
+    zk_packets = packets_received(servers.zookeeper) - packets
+    cpu, jvm_cpu = _cpu_of_this_process_and_its_waited_children(), _cpu_of(jvm)
     quiet = Console(file=open(os.devnull, "w"), width=120)  # noqa: SIM115 - process lifetime
-    result = run(config, spark=spark, console=quiet, s3_client=s3_client(s3_endpoint))
-    truth = load_truth(state, size)
+    started = time.monotonic()
+    result = run(
+        config, spark=spark, console=quiet, s3_client=s3_client(servers.s3_endpoint), extracted=extracted
+    )
+    reconcile_s = time.monotonic() - started
+    reconcile_cpu = _cpu_of_this_process_and_its_waited_children() - cpu + _cpu_of(jvm) - jvm_cpu
+    truth = load_truth(Path(entry["state"]), entry["size"])
     got_bk = {
         r.ledger_id: r.ledger_component.value for r in result.requests if r.ledger_type is LedgerType.LEDGER
     }
     got_off = {r.ledger_id for r in result.requests if r.ledger_type is LedgerType.OFFLOAD_LEDGER}
-    correct = got_bk == truth.bk_candidates and got_off == {i for _, i in truth.offload_candidates}
-    baseline = python_set_difference(out / "extract", result.cutoff_ms)
-    row: dict[str, Any] = {
-        "size": size,
-        "bk_ledgers": result.extract.rows.get("bk_ledgers", 0),
-        "objects": result.extract.rows.get("offload_objects", 0),
-        "references": result.extract.rows.get("references", 0),
-        "extract_s": result.timings["extract"],
-        "extract_bk_s": result.timings.get("extract_bk_ledgers", 0.0),
-        "extract_objects_s": result.timings.get("extract_offload_objects", 0.0),
-        "extract_refs_s": result.timings.get("extract_references", 0.0),
-        "reconcile_s": result.timings["reconcile"],
-        "outputs_s": result.timings["outputs"],
+    ledgers = extracted.rows[BK_LEDGER_IDS]
+    return {
+        "size": entry["size"],
+        "mode": mode,
+        "bk_ledgers": ledgers,
+        "metadata_read": extracted.rows[BK_LEDGERS],
+        "objects": extracted.rows[OFFLOAD_OBJECTS],
+        "references": extracted.rows[REFERENCES],
+        "zk_requests_server": zk_packets,
+        "zk_requests_client": sum(extracted.zk_requests.values()),
+        "zk_requests_client_by_stage": extracted.zk_requests,
+        "zk_requests_per_ledger": zk_packets / max(ledgers, 1),
         "candidates": len(result.requests),
-        "correct": correct,
-        "python_s": baseline["seconds"],
-        "python_candidates": baseline["bk_candidates"] + baseline["offload_candidates"],
+        "exact": got_bk == truth.bk_candidates and got_off == {i for _, i in truth.offload_candidates},
+        "requests": sorted((r.ledger_type.value, r.ledger_id) for r in result.requests),
+        "findings": _findings(out / "findings.parquet"),
+        "extract_s": extract_s,
+        "extract_s_by_stage": extracted.seconds,
+        "extract_cpu_s": extract_cpu,
+        "zk_server_cpu_s": zk_server_cpu,
+        "reconcile_s": reconcile_s,
+        "reconcile_cpu_s": reconcile_cpu,
+        "load_average": os.getloadavg(),
     }
-    if compare_spark_scan:
-        ex = config.extract
-        started = time.monotonic()
-        units = list_bk_units(ex)
-        rows = spark_scan_bk_ledgers(spark, ex, units).count()
-        row["spark_scan_s"] = time.monotonic() - started
-        row["spark_scan_rows"] = rows
-    return row
 
 
-def scan_ab(entry: dict[str, Any], state: Path, zookeeper: str, spark: Any, rounds: int = 2) -> list[str]:
-    """BK ledger scan only, both ways, alternating: the exporter (process pool -> Parquet) and kazoo inside
-    Spark tasks (-> DataFrame -> Parquet). Same units, same output, same machine load."""
-    from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
+def _findings(path: Path) -> list[tuple[Any, ...]]:
+    """Every finding as a sorted list of comparable tuples (what "the same findings" means)."""
+    import pyarrow.parquet as pq
 
-    from reconcile.extract import ExtractConfig, list_bk_units, run_unit, spark_scan_bk_ledgers
-
-    config = ExtractConfig(zookeeper=zookeeper + entry["chroot"], workers=2)
-    lines = []
-    for r in range(rounds):
-        out = state / f"ab-{entry['size']}"
-        shutil.rmtree(out, ignore_errors=True)
-        started = time.monotonic()
-        units = list_bk_units(config)
-        with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
-            rows = sum(
-                f.result()["bk_ledgers"] for f in [pool.submit(run_unit, config, u, str(out)) for u in units]
-            )
-        exporter = time.monotonic() - started
-        started = time.monotonic()
-        units = list_bk_units(config)
-        spark_scan_bk_ledgers(spark, config, units).write.mode("overwrite").parquet(str(out / "spark"))
-        in_spark = time.monotonic() - started
-        lines.append(
-            f"round {r + 1}: {rows:,} BK ledgers: exporter {exporter:.1f} s, "
-            f"kazoo in Spark tasks {in_spark:.1f} s"
-        )
-        print(lines[-1], flush=True)
-    return lines
+    columns = [
+        "storage",
+        "ledger_id",
+        "uuid",
+        "status",
+        "reason",
+        "topic_name",
+        "component",
+        "bytes",
+        "created_ms",
+    ]
+    table = pq.read_table(path, columns=columns).to_pydict()
+    return sorted(zip(*(table[c] for c in columns), strict=True), key=repr)
 
 
-def print_table(rows: list[dict[str, Any]], spark_start_s: float) -> None:
+def compare(rows: list[dict[str, Any]]) -> None:
+    """Add, per row, the ratio of its ZooKeeper requests to ``full``'s on the same cluster, and whether its
+    candidates and findings are the same as ``full``'s (in the same round)."""
+    full = {(r["size"], r["round"]): r for r in rows if r["mode"] == "full"}
+    for row in rows:
+        base = full.get((row["size"], row["round"]))
+        row["ratio_to_full"] = row["zk_requests_server"] / base["zk_requests_server"] if base else None
+        row["same_candidates_as_full"] = row["requests"] == base["requests"] if base else None
+        row["same_findings_as_full"] = row["findings"] == base["findings"] if base else None
+
+
+def render(rows: list[dict[str, Any]], spark_start_s: float) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"reconcile benchmark (Spark local[2]; JVM start {spark_start_s:.1f} s not included)")
+    table = Table(title=f"reconcile benchmark (Spark local[2], JVM start {spark_start_s:.1f} s not included)")
     for col in (
         "ledgers",
-        "objects",
-        "extract s (bk/obj/refs)",
-        "extract ledgers/s",
-        "reconcile s (Spark)",
-        "reconcile ledgers/s",
-        "python set-diff s",
-        "candidates (python)",
+        "mode",
+        "ZK requests (server)",
+        "per ledger",
+        "vs full",
+        "metadata read",
+        "candidates",
         "exact",
+        "= full",
+        "extract s (CPU s)",
+        "ZK server CPU s",
+        "reconcile s (CPU s)",
     ):
         table.add_column(col, justify="right")
     for r in rows:
-        items = r["bk_ledgers"] + r["objects"]
+        same = r["same_candidates_as_full"] and r["same_findings_as_full"]
         table.add_row(
             f"{r['bk_ledgers']:,}",
-            f"{r['objects']:,}",
-            f"{r['extract_s']:.1f} "
-            f"({r['extract_bk_s']:.1f}/{r['extract_objects_s']:.1f}/{r['extract_refs_s']:.1f})",
-            f"{r['bk_ledgers'] / max(r['extract_bk_s'], 1e-9):,.0f}",
-            f"{r['reconcile_s']:.1f}",
-            f"{items / max(r['reconcile_s'], 1e-9):,.0f}",
-            f"{r['python_s']:.1f}",
-            f"{r['candidates']:,} ({r['python_candidates']:,})",
-            "yes" if r["correct"] else "NO",
+            r["mode"],
+            f"{r['zk_requests_server']:,}",
+            f"{r['zk_requests_per_ledger']:.4f}",
+            "-" if r["ratio_to_full"] is None else f"{r['ratio_to_full']:.4f}",
+            f"{r['metadata_read']:,}",
+            f"{r['candidates']:,}",
+            "yes" if r["exact"] else "NO",
+            "-" if r["same_candidates_as_full"] is None else ("yes" if same else "NO"),
+            f"{r['extract_s']:.1f} ({r['extract_cpu_s']:.1f})",
+            f"{r['zk_server_cpu_s']:.1f}",
+            f"{r['reconcile_s']:.1f} ({r['reconcile_cpu_s']:.1f})",
         )
-    Console(width=160).print(table)
-    for r in rows:
-        if "spark_scan_s" in r:
-            print(
-                f"BK scan of {r['bk_ledgers']:,} ledgers: parallel exporter {r['extract_bk_s']:.1f} s "
-                f"vs kazoo in Spark tasks {r['spark_scan_s']:.1f} s ({r['spark_scan_rows']:,} rows)"
-            )
+    console = Console(width=200, record=True)
+    console.print(table)
+    return console.export_text()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -373,32 +437,31 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="1000,100000", help="comma-separated ledger counts")
-    parser.add_argument("--state-dir", default="/tmp/reconcile-bench", type=Path)
-    parser.add_argument("--zookeeper", default="", help="use this ZooKeeper instead of starting one")
-    parser.add_argument("--s3", default="", help="use this S3 endpoint instead of starting moto")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, of: {', '.join(MODES)}")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of every mode per size, alternating")
+    parser.add_argument("--out", type=Path, default=None, help="results (default: see above)")
+    parser.add_argument("--state-dir", type=Path, default=None, help="servers' data and generated clusters")
     parser.add_argument("--zk-port", type=int, default=22181)
     parser.add_argument("--s3-port", type=int, default=29000)
     parser.add_argument("--zk-heap", default="6g")
-    parser.add_argument("--master", default="local[2]")
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--regenerate", action="store_true")
-    parser.add_argument(
-        "--compare-spark-scan", action="store_true", help="also time kazoo in Spark tasks (<= 100k)"
-    )
-    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
-    parser.add_argument("--scan-ab", action="store_true", help="only compare the two BK scan strategies")
     args = parser.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
-    state: Path = args.state_dir
-    if not (args.zookeeper and args.s3):
-        start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
-    zookeeper = args.zookeeper or f"127.0.0.1:{args.zk_port}"
-    s3_endpoint = args.s3 or f"http://127.0.0.1:{args.s3_port}"
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := set(modes) - set(MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    state: Path = args.state_dir or default_state_dir()
+    out: Path = args.out or default_out()
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"results: {out}", flush=True)
+    zk_pid = start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
+    servers = Servers(f"127.0.0.1:{args.zk_port}", f"http://127.0.0.1:{args.s3_port}", zk_pid)
     entries = []
     for size in sizes:
-        entry = generate(state, size, zookeeper, s3_endpoint, args.regenerate)
+        entry = generate(state, size, servers.zookeeper, servers.s3_endpoint, args.regenerate)
         print(f"cluster {size}: {json.dumps(entry)}", flush=True)
-        entries.append(entry)
+        entries.append({**entry, "state": str(state)})
     if args.generate_only:
         return 0
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
@@ -409,20 +472,38 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("local[2]", shuffle_partitions=8)
     spark.range(1).count()
     spark_start_s = time.monotonic() - started
-    if args.scan_ab:
-        for entry in entries:
-            scan_ab(entry, state, zookeeper, spark)
-        return 0
-    rows = []
+    rows: list[dict[str, Any]] = []
     for entry in entries:
-        compare = args.compare_spark_scan and entry["size"] <= 100_000
-        row = measure(entry, state, zookeeper, s3_endpoint, spark, compare)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
-    print_table(rows, spark_start_s)
-    if args.json:
-        args.json.write_text(json.dumps({"spark_start_s": spark_start_s, "rows": rows}, indent=2))
-    return 0 if all(r["correct"] for r in rows) else 1
+        for round_ in range(args.rounds):
+            order = modes if round_ % 2 == 0 else modes[::-1]
+            for mode in order:
+                row = measure(
+                    entry, mode, out / f"size-{entry['size']}" / f"{mode}-r{round_ + 1}", servers, spark
+                )
+                row["round"] = round_ + 1
+                rows.append(row)
+                brief = {k: v for k, v in row.items() if k not in ("requests", "findings")}
+                print(json.dumps(brief), flush=True)
+    compare(rows)
+    text = render(rows, spark_start_s)
+    (out / "table.txt").write_text(text)
+    (out / "results.json").write_text(
+        json.dumps(
+            {
+                "argv": sys.argv[1:] if argv is None else argv,
+                "spark_start_s": spark_start_s,
+                "clusters": entries,
+                "rows": [{k: v for k, v in r.items() if k not in ("requests", "findings")} for r in rows],
+            },
+            indent=2,
+        )
+    )
+    print(f"results: {out}", flush=True)
+    ok = all(
+        r["exact"] and r["same_candidates_as_full"] is not False and r["same_findings_as_full"] is not False
+        for r in rows
+    )
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

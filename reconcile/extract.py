@@ -1,11 +1,11 @@
 """Extract: a parallel, restartable snapshot of BookKeeper, Pulsar metadata and offload buckets as Parquet.
 
-Four tables, each a directory of Parquet part files (one per work unit) under the extract directory:
+Five tables, each a directory of Parquet part files (one per work unit) under the extract directory:
 
-* ``bk_ledgers`` — every ledger znode under the ledgers root (special znodes skipped): id, path, metadata
-  format version, custom metadata (and the Pulsar keys as columns), length, state, znode ctime/mtime, and a
-  parse error when the bytes are not ledger metadata. Units: ledger path prefixes (``/<2>/<4>`` for the
-  legacy layout, ``/<3>/<4>/<4>`` for the long one), so no unit holds more than 10,000 (legacy) znodes.
+* ``bk_ledger_ids`` — the id of every ledger znode under the ledgers root (special znodes skipped), from
+  the child lists of the hierarchical ledger paths alone: one ``getChildren`` per ``/<2>/<4>`` parent
+  (legacy layout, up to 10,000 ledgers each) and per ``/<3>/<4>/<4>/<4>`` parent (long layout), the way
+  BookKeeper's own garbage collector lists them. Units: prefixes ``/<2>/<4>`` and ``/<3>/<4>/<4>``.
 * ``references`` — every ledger id Pulsar metadata points at: managed-ledger ledger lists, terminated
   position, cursor ledgers, mark-delete and individually deleted positions, the compacted ledger
   (``CompactedTopicLedger`` property of the ``__compaction`` cursor), schema locator ledgers. A record that
@@ -18,9 +18,39 @@ Four tables, each a directory of Parquet part files (one per work unit) under th
 * ``offload_contexts`` — the offload uuids that still exist: (ledger id, uuid, ``ledger``|``segment``).
 * ``offload_objects`` — every object of the offload bucket(s): bucket, key, size, last modified. Units:
   key ranges by first character.
+* ``bk_ledgers`` — the metadata of the listed ledgers that no reference keeps (the only ones that can be
+  findings), and of those whose id names offloaded objects no context keeps (whose owner their BK tags
+  tell): id, path, metadata format version, custom metadata (and the Pulsar keys as columns), length,
+  state, znode ctime/mtime, and a parse error when the bytes are not ledger metadata. Units: chunks of ids.
 
-Order matters for safety: BK ledgers are listed first, then objects, then references, so anything created
-between the scans is either invisible or referenced; the minimum age covers the rest.
+This is how BookKeeper's ``ScanAndCompareGarbageCollector.gc`` works: it lists the ledger ids of the
+metadata store range by range (``LedgerManager.getLedgerRanges``; ``HierarchicalLedgerManager`` iterates the
+legacy and the long layout, ``AbstractHierarchicalLedgerManager.ledgerListToSet`` turns one child list into
+ids), compares them with what it holds, and reads a ledger's metadata only for the ones the comparison left
+(``verifyMetadataOnGc``). Here the comparison is the anti-join of the id listing with Pulsar's references,
+so a scan costs one ZooKeeper request per 10,000 ledgers plus the metadata of the candidates, instead of one
+request per ledger. Reads are batched into ZooKeeper multi-reads where the server has them
+(:mod:`reconcile.zk_reads`).
+
+Order, and why it is safe. The ledger ids are listed first, then the objects, then the references, and the
+metadata of the unreferenced ids is read last:
+
+* a ledger created after the listing is not in it, so it is no finding (the next run sees it);
+* a listed ledger is judged against references read after it already existed: if the record that uses it
+  (its managed ledger's list, a cursor, a schema locator) named it when the scan read that record, it is
+  kept. The other order would see ledgers created and recorded after the reference scan as unreferenced,
+  leaving them to the minimum age alone;
+* a listed ledger no reference names — an orphan, or one so new that its broker has not stored the list
+  naming it yet (a broker creates the ledger first and stores the list after: ``ManagedLedgerImpl
+  .createComplete`` -> ``updateLedgersListAfterRollover``) — is a finding, and a candidate only if older
+  than the minimum age: its metadata (znode ctime and mtime, state), which that rule and the "still written
+  to" rule judge, is read after the references;
+* a ledger deleted between the listing and the metadata read is left out (nothing to delete).
+
+Reading the metadata before the references, as a full scan would, leaves the same decisions (the listing is
+still older than the references); only the cost differs. ``ExtractConfig.bk_metadata="all"`` does that
+full read (every listed ledger's metadata) and ``multi_read=False`` one request per znode: together they
+are the extract as it was before the id listing, kept to measure against.
 
 Two metadata stores: BookKeeper's ledgers are read from ``zookeeper``, Pulsar's own metadata (managed ledgers,
 cursors, schema locators) from ``pulsar_metadata_zookeeper`` (Pulsar's ``metadataStoreUrl``), which in many
@@ -29,26 +59,27 @@ every Pulsar ledger would look orphaned; so when that store has no managed-ledge
 ledgers include Pulsar-tagged ones, the extract refuses (:class:`PulsarMetadataNotFound`) before anything is
 reconciled.
 
-The work runs in a pool of processes (the "parallel exporter"), each with its own ZooKeeper session that
-pipelines asynchronous reads, each unit written atomically as its own part file. With ``resume=True`` the
-units whose part file exists are skipped: an interrupted extract restarts where it stopped. (References
-are always re-read: they must be at least as new as the storage listings.) :func:`spark_scan_bk_ledgers` runs
-the same unit scan inside Spark tasks instead; see the module :mod:`reconcile.job` for which is used and why.
+The work runs in a pool of processes (the "parallel exporter"), each with its own ZooKeeper session, each
+unit written atomically as its own part file. With ``resume=True`` the listing units whose part file exists
+are skipped: an interrupted extract restarts where it stopped. References are always read again (they must
+be newer than the listings), and with them the metadata of the ledgers they leave unreferenced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
@@ -61,7 +92,7 @@ from ledger_deletion.formats.bk_metadata import (
     CUSTOM_SCHEMA_ID,
     parse_ledger_metadata,
 )
-from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode
+from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode, ledger_path
 from ledger_deletion.formats.managed_ledger import (
     parse_managed_cursor_info,
     parse_managed_ledger_info,
@@ -69,9 +100,11 @@ from ledger_deletion.formats.managed_ledger import (
     schema_ledger_ids,
 )
 from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, offload_uuid
+from reconcile.zk_reads import ZkReads
 
 __all__ = [
     "BK_LEDGERS",
+    "BK_LEDGER_IDS",
     "OFFLOAD_CONTEXTS",
     "OFFLOADED_BK_DELETED",
     "OFFLOAD_OBJECTS",
@@ -80,12 +113,16 @@ __all__ = [
     "ExtractConfig",
     "ExtractResult",
     "Unit",
+    "UnitResult",
     "extract_all",
+    "ids_from_children",
     "list_bk_units",
-    "scan_bk_unit",
-    "spark_scan_bk_ledgers",
+    "list_ledger_ids",
+    "metadata_ids",
+    "read_ledger_metadata",
 ]
 
+BK_LEDGER_IDS = "bk_ledger_ids"
 BK_LEDGERS = "bk_ledgers"
 REFERENCES = "references"
 OFFLOAD_CONTEXTS = "offload_contexts"
@@ -101,8 +138,10 @@ COMPACTION_CURSOR = "__compaction"
 COMPACTED_TOPIC_LEDGER = "CompactedTopicLedger"
 PULSAR_APPLICATION = "pulsar"  # the ``application`` tag of every ledger a broker creates
 PULSAR_METADATA_SETTING = "LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER"
+METADATA_UNIT_IDS = 5000  # ledgers whose metadata one unit (one part file) reads
 
 SCHEMAS: dict[str, pa.Schema] = {
+    BK_LEDGER_IDS: pa.schema([("ledger_id", pa.int64())]),
     BK_LEDGERS: pa.schema(
         [
             ("ledger_id", pa.int64()),
@@ -154,8 +193,14 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 @dataclass(frozen=True)
 class ExtractConfig:
-    """Where to read from. ``zookeeper`` holds BookKeeper's ledgers root; ``pulsar_metadata_zookeeper``
-    Pulsar's managed-ledgers and schemas roots. Either may carry a chroot (``host:port/chroot``)."""
+    """Where to read from, and how. ``zookeeper`` holds BookKeeper's ledgers root;
+    ``pulsar_metadata_zookeeper`` Pulsar's managed-ledgers and schemas roots. Either may carry a chroot
+    (``host:port/chroot``).
+
+    ``bk_metadata``: whose ledger metadata to read, ``candidates`` (the listed ledgers no reference keeps)
+    or ``all`` (every listed ledger, the full scan). ``multi_read``: batch reads into ZooKeeper multi-reads
+    of ``zk_batch`` operations when the server has them (3.6+); False sends one request per znode.
+    """
 
     zookeeper: str
     ledgers_root: str = "/ledgers"
@@ -169,6 +214,9 @@ class ExtractConfig:
     zk_auth_digest: str | None = None  # "user:password"
     pulsar_metadata_zookeeper: str | None = None  # None (or empty): the same as ``zookeeper``
     pulsar_metadata_auth_digest: str | None = None  # None: ``zk_auth_digest``
+    bk_metadata: Literal["candidates", "all"] = "candidates"
+    multi_read: bool = True
+    zk_batch: int = 500
 
     @property
     def pulsar_metadata_hosts(self) -> str:
@@ -181,15 +229,24 @@ class ExtractConfig:
 
 @dataclass(frozen=True)
 class Unit:
-    """One piece of work: a table, and the prefix (znode path or key range) it covers."""
+    """One piece of work: a table, and the prefix (znode path or key range) or the ledger ids it covers."""
 
     table: str
-    key: str  # znode path, or "bucket|lo|hi" for a key range
+    key: str  # znode path, "bucket|lo|hi" for a key range, or the first ledger id of a chunk
     name: str  # file-name-safe id of the unit
+    ids: tuple[int, ...] = ()  # the ledgers whose metadata a bk_ledgers unit reads
 
     @property
     def part_name(self) -> str:
         return f"part-{self.name}.parquet"
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """What one unit wrote (rows per table) and the ZooKeeper requests it sent."""
+
+    rows: dict[str, int]
+    zk_requests: int
 
 
 @dataclass
@@ -199,6 +256,8 @@ class ExtractResult:
     seconds: dict[str, float] = field(default_factory=dict)
     units: dict[str, int] = field(default_factory=dict)
     skipped_units: dict[str, int] = field(default_factory=dict)
+    # ZooKeeper requests sent per stage, by every session of the extract (as counted by the client).
+    zk_requests: dict[str, int] = field(default_factory=dict)
 
     def path(self, table: str) -> str:
         return str(self.directory / table)
@@ -212,84 +271,60 @@ ProgressFn = Callable[[str, int, int], None]
 
 # Keyed by (hosts, digest): BookKeeper's ZooKeeper and Pulsar's metadata store may differ in either, and a
 # process reads from both (the driver lists units of both).
-_clients: dict[tuple[str, str | None], Any] = {}
+_clients: dict[tuple[str, str | None], ZkReads] = {}
 
 
-def _session(hosts: str, digest: str | None, timeout: float) -> Any:
+def _session(config: ExtractConfig, hosts: str, digest: str | None) -> ZkReads:
     key = (hosts, digest)
-    client = _clients.get(key)
-    if client is None or not client.connected:
+    reads = _clients.get(key)
+    if reads is None or not reads.connected:
         from kazoo.client import KazooClient
 
         auth = [("digest", digest)] if digest else None
-        client = KazooClient(hosts=hosts, timeout=timeout, auth_data=auth, read_only=True)
-        client.start(timeout=timeout)
-        _clients[key] = client
-    return client
+        client = KazooClient(hosts=hosts, timeout=config.zk_timeout, auth_data=auth, read_only=True)
+        client.start(timeout=config.zk_timeout)
+        sent = reads.requests if reads is not None else 0
+        reads = ZkReads(client, multi_read=config.multi_read, batch=config.zk_batch)
+        reads.requests = sent  # the count is the process's, across reconnections
+        _clients[key] = reads
+    return reads
 
 
-def _zk(config: ExtractConfig) -> Any:
+def _zk(config: ExtractConfig) -> ZkReads:
     """The session on BookKeeper's ZooKeeper (the ledgers root)."""
-    return _session(config.zookeeper, config.zk_auth_digest, config.zk_timeout)
+    return _session(config, config.zookeeper, config.zk_auth_digest)
 
 
-def _pulsar_zk(config: ExtractConfig) -> Any:
+def _pulsar_zk(config: ExtractConfig) -> ZkReads:
     """The session on Pulsar's metadata store (the managed-ledgers and schemas roots)."""
-    return _session(config.pulsar_metadata_hosts, config.pulsar_metadata_digest, config.zk_timeout)
+    return _session(config, config.pulsar_metadata_hosts, config.pulsar_metadata_digest)
+
+
+def _requests_sent() -> int:
+    """ZooKeeper requests sent so far by this process's sessions."""
+    return sum(reads.requests for reads in _clients.values())
 
 
 def _close_clients() -> None:
-    for client in _clients.values():
-        try:
-            client.stop()
-            client.close()
-        except Exception:  # noqa: BLE001, S110 - best effort on shutdown
-            pass
+    for reads in _clients.values():
+        with contextlib.suppress(Exception):  # best effort on shutdown
+            reads.close()
     _clients.clear()
 
 
-def _children(zk: Any, path: str) -> list[str]:
-    from kazoo.exceptions import NoNodeError
-
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []
-
-
-def _get_many(zk: Any, paths: Sequence[str], window: int = 4000) -> Iterator[tuple[str, bytes, Any]]:
-    """(path, data, stat) for each path that still exists, reading ``window`` znodes at a time, pipelined."""
-    from kazoo.exceptions import NoNodeError
-
-    for start in range(0, len(paths), window):
-        chunk = paths[start : start + window]
-        pending = [(path, zk.get_async(path)) for path in chunk]
-        for path, result in pending:
-            try:
-                data, stat = result.get(timeout=120)
-            except NoNodeError:
-                continue  # deleted between listing and reading: nothing to reconcile
-            yield path, data or b"", stat
-
-
-def _children_many(zk: Any, paths: Sequence[str], window: int = 4000) -> Iterator[tuple[str, list[str]]]:
-    from kazoo.exceptions import NoNodeError
-
-    for start in range(0, len(paths), window):
-        chunk = paths[start : start + window]
-        pending = [(path, zk.get_children_async(path)) for path in chunk]
-        for path, result in pending:
-            try:
-                yield path, sorted(result.get(timeout=120))
-            except NoNodeError:
-                continue
-
-
 # ---------------------------------------------------------------------------------------------------------
-# BK ledgers
+# BK ledgers: the id listing, then the metadata of the ones that matter
 # ---------------------------------------------------------------------------------------------------------
 
-_DIGITS = re.compile(r"\d{4}")
+_DIGITS = re.compile(r"[0-9]{4}")
+_LEAF = re.compile(r"L[0-9]{4}")
+# The parents of ledger znodes below the root: /<2>/<4> (legacy layout) and /<3>/<4>/<4>/<4> (long layout).
+_LEGACY_PARENT = re.compile(r"[0-9]{2}/[0-9]{4}")
+_LONG_PARENT = re.compile(r"[0-9]{3}/[0-9]{4}/[0-9]{4}/[0-9]{4}")
+# Where bk_paths.ledger_path switches from the legacy to the long layout (Integer.MAX_VALUE) and the
+# largest id; each id has one canonical path, the other spelling is no ledger BookKeeper would read.
+_LONG_LAYOUT_FROM = 2**31 - 1
+_LONG_MAX = 2**63 - 1
 
 
 def list_bk_units(config: ExtractConfig) -> list[Unit]:
@@ -297,41 +332,60 @@ def list_bk_units(config: ExtractConfig) -> list[Unit]:
     zk = _zk(config)
     root = config.ledgers_root.rstrip("/")
     units: list[Unit] = []
-    for top in _children(zk, root):
+    for top in zk.children(root):
         if is_special_znode(top) or not LEDGER_PARENT_PATTERN.fullmatch(top):
             continue
         depth = 1 if len(top) == 2 else 2
         level = [f"{root}/{top}"]
         for _ in range(depth):
-            level = [f"{p}/{c}" for p, cs in _children_many(zk, level) for c in cs if _DIGITS.fullmatch(c)]
-        units.extend(Unit(BK_LEDGERS, p, p[len(root) + 1 :].replace("/", "_")) for p in level)
+            level = [f"{p}/{c}" for p, cs in zk.children_many(level) for c in cs if _DIGITS.fullmatch(c)]
+        units.extend(Unit(BK_LEDGER_IDS, p, p[len(root) + 1 :].replace("/", "_")) for p in level)
     return units
 
 
-def scan_bk_unit(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
-    """Read every ledger znode below ``prefix`` (columns of the ``bk_ledgers`` table)."""
-    from ledger_deletion.formats.bk_paths import ledger_id_from_path
+def ids_from_children(root: str, parent: str, children: Sequence[str]) -> list[int]:
+    """The ledger ids of the ``L<4>`` children of one ledger parent (``AbstractHierarchicalLedgerManager
+    .ledgerListToSet``: the parent's digits, then the child's), canonical paths only: exactly the ids
+    :func:`ledger_deletion.formats.bk_paths.ledger_id_from_path` accepts for ``parent/child``."""
+    rest = parent[len(root) + 1 :] if parent.startswith(root + "/") else ""
+    if _LEGACY_PARENT.fullmatch(rest):
+        low, high = 0, _LONG_LAYOUT_FROM - 1
+    elif _LONG_PARENT.fullmatch(rest):
+        low, high = _LONG_LAYOUT_FROM, _LONG_MAX
+    else:
+        return []
+    digits = rest.replace("/", "")
+    ids: list[int] = []
+    for child in children:
+        if _LEAF.fullmatch(child):
+            ledger_id = int(digits + child[1:])
+            if low <= ledger_id <= high:
+                ids.append(ledger_id)
+    return ids
 
+
+def list_ledger_ids(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
+    """The ids of every ledger znode below ``prefix`` (the ``bk_ledger_ids`` columns): child lists only."""
     zk = _zk(config)
     root = config.ledgers_root.rstrip("/")
-    leaves: list[str] = []
+    ids: list[int] = []
     level = [prefix]
     while level:
         nxt: list[str] = []
-        for parent, children in _children_many(zk, level):
-            for child in children:
-                if child.startswith("L"):
-                    leaves.append(f"{parent}/{child}")
-                elif _DIGITS.fullmatch(child):
-                    nxt.append(f"{parent}/{child}")
+        for parent, children in zk.children_many(level):
+            ids.extend(ids_from_children(root, parent, children))
+            nxt.extend(f"{parent}/{child}" for child in children if _DIGITS.fullmatch(child))
         level = nxt
+    return {"ledger_id": ids}
+
+
+def read_ledger_metadata(zk: ZkReads, root: str, ids: Sequence[int]) -> dict[str, list[Any]]:
+    """The ``bk_ledgers`` columns of the given ledgers that still exist, read in batches."""
+    paths = [ledger_path(ledger_id, root) for ledger_id in ids]
+    id_of = dict(zip(paths, ids, strict=True))
     cols: dict[str, list[Any]] = {name: [] for name in SCHEMAS[BK_LEDGERS].names}
-    for path, data, stat in _get_many(zk, leaves):
-        try:
-            ledger_id = ledger_id_from_path(path, root)
-        except ValueError:
-            continue  # not a canonical ledger path: BookKeeper would not read it either
-        cols["ledger_id"].append(ledger_id)
+    for path, data, stat in zk.get_many(paths):
+        cols["ledger_id"].append(id_of[path])
         cols["path"].append(path)
         cols["ctime_ms"].append(stat.ctime)
         cols["mtime_ms"].append(stat.mtime)
@@ -370,6 +424,53 @@ def scan_bk_unit(config: ExtractConfig, prefix: str) -> dict[str, list[Any]]:
     return cols
 
 
+_OBJECT_LEDGER_KEY = re.compile(
+    r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-ledger-([0-9]{1,19})(?:-index)?"
+)
+
+
+def metadata_ids(config: ExtractConfig, directory: Path) -> list[int]:
+    """The listed ledgers whose metadata the reconcile needs, sorted: with ``bk_metadata="candidates"``
+    those no reference keeps, and those whose id names offloaded objects no offload context keeps.
+
+    A reference of any kind but ``offloaded-bk-deleted`` keeps the BK ledger of its id
+    (:func:`reconcile.transform.bk_referenced_ids`, which also drops that entry's own offload contexts: an
+    offload context always comes with a ledger-list entry of its id, so the contexts keep no other id).
+    Reading more than that set is harmless: the transform applies the anti-join itself. The second part
+    keeps the findings of such objects whole: their topic is the BK ledger's tag when the objects carry
+    none (:func:`reconcile.transform.attach_offload_owners`).
+    """
+    listed = pq.read_table(directory / BK_LEDGER_IDS, columns=["ledger_id"]).column("ledger_id")
+    if config.bk_metadata == "all":
+        return sorted(set(listed.to_pylist()))
+    refs = pq.read_table(directory / REFERENCES, columns=["ledger_id", "kind"])
+    keeping = refs.filter(
+        pc.and_(pc.greater_equal(refs["ledger_id"], 0), pc.not_equal(refs["kind"], OFFLOADED_BK_DELETED))
+    ).column("ledger_id")
+    unreferenced = set(listed.filter(pc.invert(pc.is_in(listed, value_set=keeping))).to_pylist())
+    contexts = pq.read_table(directory / OFFLOAD_CONTEXTS, columns=["uuid", "ledger_id"]).to_pydict()
+    kept = set(zip(contexts["uuid"], contexts["ledger_id"], strict=True))
+    named: set[int] = set()
+    for key in pq.read_table(directory / OFFLOAD_OBJECTS, columns=["key"]).column("key").to_pylist():
+        match = _OBJECT_LEDGER_KEY.fullmatch(key)
+        if match is not None:
+            ledger_id = int(match.group(2))
+            if (match.group(1), ledger_id) not in kept:
+                named.add(ledger_id)
+    named_ids = pa.array(sorted(i for i in named if i <= _LONG_MAX), pa.int64())
+    unreferenced |= set(listed.filter(pc.is_in(listed, value_set=named_ids)).to_pylist())
+    return sorted(unreferenced)
+
+
+def list_metadata_units(config: ExtractConfig, directory: Path) -> list[Unit]:
+    """Chunks of :func:`metadata_ids`, each one unit (one part file) of the ``bk_ledgers`` stage."""
+    ids = metadata_ids(config, directory)
+    return [
+        Unit(BK_LEDGERS, str(ids[i]), f"{i // METADATA_UNIT_IDS:06d}", tuple(ids[i : i + METADATA_UNIT_IDS]))
+        for i in range(0, len(ids), METADATA_UNIT_IDS)
+    ]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Pulsar references
 # ---------------------------------------------------------------------------------------------------------
@@ -383,7 +484,7 @@ def list_reference_units(config: ExtractConfig) -> list[Unit]:
     level = [ml_root]
     for _depth in range(4):
         nxt: list[str] = []
-        for parent, children in _children_many(zk, level):
+        for parent, children in zk.children_many(level):
             for child in children:
                 path = f"{parent}/{child}"
                 if child == "persistent" and parent != ml_root:
@@ -392,29 +493,31 @@ def list_reference_units(config: ExtractConfig) -> list[Unit]:
                     nxt.append(path)
         level = nxt
     schema_root = config.schemas_root.rstrip("/")
-    for tenant in _children(zk, schema_root):
-        for ns in _children(zk, f"{schema_root}/{tenant}"):
-            path = f"{schema_root}/{tenant}/{ns}"
-            units.append(Unit(REFERENCES, "schema:" + path, "schema_" + _safe(f"{tenant}/{ns}")))
+    tenants = [f"{schema_root}/{tenant}" for tenant in zk.children(schema_root)]
+    for tenant_path, namespaces in zk.children_many(tenants):
+        for ns in namespaces:
+            path = f"{tenant_path}/{ns}"
+            units.append(Unit(REFERENCES, "schema:" + path, "schema_" + _safe(path[len(schema_root) + 1 :])))
     return units
 
 
 def _refuse_without_pulsar_metadata(config: ExtractConfig, directory: Path) -> None:
     """Raise :class:`PulsarMetadataNotFound` when Pulsar's metadata store has no managed-ledgers root while
-    the BK ledgers extracted into ``directory`` include Pulsar's: the store read is not the brokers' one.
+    the BK ledgers listed into ``directory`` include Pulsar's: the store read is not the brokers' one.
 
     Every managed ledger's record lives under that root, so a store that ever held one has it; a store
     without it is not Pulsar's, or its chroot is wrong. (Should a cluster ever lose the root with its last
     topic while orphans remain, the job refuses where it could have gone on: the safe side.) The common case
-    costs one ``exists``; only when the root is missing are the BK parts read (the ``application`` column
-    alone). A cluster without Pulsar ledgers has nothing to protect and passes.
+    costs one ``exists``; only when the root is missing is the metadata of the listed ledgers read, to count
+    the Pulsar-tagged ones. A cluster without Pulsar ledgers has nothing to protect and passes.
     """
     ml_root = config.managed_ledgers_root.rstrip("/") or "/"
-    if _pulsar_zk(config).exists(ml_root) is not None:
+    if _pulsar_zk(config).exists(ml_root):
         return
-    tagged = pq.read_table(
-        directory / BK_LEDGERS, columns=["application"], filters=[("application", "==", PULSAR_APPLICATION)]
-    ).num_rows
+    listed = pq.read_table(directory / BK_LEDGER_IDS, columns=["ledger_id"]).column("ledger_id").to_pylist()
+    root = config.ledgers_root.rstrip("/")
+    applications = read_ledger_metadata(_zk(config), root, sorted(set(listed)))["application"]
+    tagged = sum(1 for application in applications if application == PULSAR_APPLICATION)
     if not tagged:
         return
     store = config.pulsar_metadata_hosts
@@ -448,7 +551,7 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
     kind, path = key.split(":", 1)
     if kind == "schema":
         root = config.schemas_root.rstrip("/")
-        for node_path, data, _ in _get_many(zk, [f"{path}/{c}" for c in _children(zk, path)]):
+        for node_path, data, _ in zk.get_many([f"{path}/{c}" for c in zk.children(path)]):
             schema_id = node_path[len(root) + 1 :]
             try:
                 for ledger_id in schema_ledger_ids(parse_schema_locator(data)):
@@ -457,11 +560,11 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
                 ref(-1, "unreadable", schema_id)
         return {REFERENCES: refs}
     ml_root = config.managed_ledgers_root.rstrip("/")
-    ml_paths = [f"{path}/{c}" for c in _children(zk, path)]
+    ml_paths = [f"{path}/{c}" for c in zk.children(path)]
     cursor_paths: list[str] = []
-    for ml_path, children in _children_many(zk, ml_paths):
+    for ml_path, children in zk.children_many(ml_paths):
         cursor_paths.extend(f"{ml_path}/{c}" for c in children)
-    for ml_path, data, _ in _get_many(zk, ml_paths):
+    for ml_path, data, _ in zk.get_many(ml_paths):
         ml_name = ml_path[len(ml_root) + 1 :]
         try:
             info = parse_managed_ledger_info(data)
@@ -496,7 +599,7 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
                     )
         if info.HasField("terminatedPosition"):
             ref(info.terminatedPosition.ledgerId, "terminated", ml_name)
-    for cursor_path, data, _ in _get_many(zk, cursor_paths):
+    for cursor_path, data, _ in zk.get_many(cursor_paths):
         ml_path, cursor = cursor_path.rsplit("/", 1)
         ml_name = ml_path[len(ml_root) + 1 :]
         try:
@@ -629,16 +732,24 @@ def _write_part(directory: Path, table: str, part: str, cols: dict[str, list[Any
     return int(arrow.num_rows)
 
 
-def run_unit(config: ExtractConfig, unit: Unit, directory: str) -> dict[str, int]:
-    """Scan one unit and write its part file(s); returns rows written per table (runs in a pool process)."""
-    out = Path(directory)
+def _scan(config: ExtractConfig, unit: Unit) -> dict[str, dict[str, list[Any]]]:
+    if unit.table == BK_LEDGER_IDS:
+        return {BK_LEDGER_IDS: list_ledger_ids(config, unit.key)}
     if unit.table == BK_LEDGERS:
-        return {BK_LEDGERS: _write_part(out, BK_LEDGERS, unit.part_name, scan_bk_unit(config, unit.key))}
+        return {BK_LEDGERS: read_ledger_metadata(_zk(config), config.ledgers_root.rstrip("/"), unit.ids)}
     if unit.table == OFFLOAD_OBJECTS:
-        cols = scan_object_unit(config, unit.key)
-        return {OFFLOAD_OBJECTS: _write_part(out, OFFLOAD_OBJECTS, unit.part_name, cols)}
-    tables = scan_reference_unit(config, unit.key)
-    return {table: _write_part(out, table, unit.part_name, cols) for table, cols in tables.items()}
+        return {OFFLOAD_OBJECTS: scan_object_unit(config, unit.key)}
+    return scan_reference_unit(config, unit.key)
+
+
+def run_unit(config: ExtractConfig, unit: Unit, directory: str) -> UnitResult:
+    """Scan one unit and write its part file(s) (runs in a pool process)."""
+    before = _requests_sent()
+    tables = _scan(config, unit)
+    rows = {
+        table: _write_part(Path(directory), table, unit.part_name, cols) for table, cols in tables.items()
+    }
+    return UnitResult(rows, _requests_sent() - before)
 
 
 def _empty_table(directory: Path, table: str) -> None:
@@ -649,6 +760,24 @@ def _empty_table(directory: Path, table: str) -> None:
         pq.write_table(SCHEMAS[table].empty_table(), out / "part-empty.parquet")
 
 
+@dataclass(frozen=True)
+class _Stage:
+    name: str
+    units: Callable[[ExtractConfig, Path], list[Unit]]
+    tables: tuple[str, ...]
+    resumable: bool  # False: read again on every run, because it must be newer than what came before
+
+
+_STAGES = (
+    # The id listing first: everything read later is newer than it (see the module docstring).
+    _Stage(BK_LEDGER_IDS, lambda config, _: list_bk_units(config), (BK_LEDGER_IDS,), True),
+    _Stage(OFFLOAD_OBJECTS, lambda config, _: list_object_units(config), (OFFLOAD_OBJECTS,), True),
+    _Stage(REFERENCES, lambda config, _: list_reference_units(config), (REFERENCES, OFFLOAD_CONTEXTS), False),
+    # Last: which ledgers' metadata is read depends on the references.
+    _Stage(BK_LEDGERS, list_metadata_units, (BK_LEDGERS,), False),
+)
+
+
 def extract_all(
     config: ExtractConfig,
     directory: Path,
@@ -656,45 +785,44 @@ def extract_all(
     resume: bool = False,
     progress: ProgressFn | None = None,
 ) -> ExtractResult:
-    """Run the whole extract into ``directory`` (BK ledgers, then objects, then references).
+    """Run the whole extract into ``directory``: ledger ids, objects, references, then ledger metadata.
+
+    ``progress(stage, done, total)`` is called as units finish, and with ``done=0`` when a stage starts
+    (after the stages before it are complete).
 
     Raises:
-        PulsarMetadataNotFound: right after the BK ledgers, before the (longer) object listing, when Pulsar's
-            metadata store has no managed-ledgers root yet Pulsar-tagged ledgers exist.
+        PulsarMetadataNotFound: right after the ledger ids, before the (longer) object listing, when
+            Pulsar's metadata store has no managed-ledgers root yet Pulsar-tagged ledgers exist.
     """
     directory.mkdir(parents=True, exist_ok=True)
     result = ExtractResult(directory)
     report = progress or (lambda _stage, _done, _total: None)
-    stages: list[tuple[str, Callable[[ExtractConfig], list[Unit]], tuple[str, ...]]] = [
-        (BK_LEDGERS, list_bk_units, (BK_LEDGERS,)),
-        (OFFLOAD_OBJECTS, list_object_units, (OFFLOAD_OBJECTS,)),
-        (REFERENCES, list_reference_units, (REFERENCES, OFFLOAD_CONTEXTS)),
-    ]
     ctx = get_context("spawn")  # kazoo and the JVM gateway run threads: never fork them
     with ProcessPoolExecutor(max_workers=max(1, config.workers), mp_context=ctx) as pool:
         try:
-            for stage, lister, tables in stages:
+            for stage in _STAGES:
                 started = time.monotonic()
-                units = lister(config)
-                if stage == REFERENCES:
-                    for table in tables:  # always fresh: references must be newer than the listings
+                sent = _requests_sent()
+                if not (stage.resumable and resume):
+                    for table in stage.tables:
                         _clear(directory / table)
-                todo = [u for u in units if not (resume and (directory / u.table / u.part_name).exists())]
-                if stage != REFERENCES and not resume:
-                    _clear(directory / stage)
-                result.units[stage] = len(units)
-                result.skipped_units[stage] = len(units) - len(todo)
-                report(stage, 0, len(todo))
+                units = stage.units(config, directory)
+                todo = [u for u in units if not (directory / u.table / u.part_name).exists()]
+                result.units[stage.name] = len(units)
+                result.skipped_units[stage.name] = len(units) - len(todo)
+                report(stage.name, 0, len(todo))
                 futures = [pool.submit(run_unit, config, unit, str(directory)) for unit in todo]
+                unit_requests = 0
                 for done, future in enumerate(as_completed(futures), start=1):
-                    future.result()
-                    report(stage, done, len(todo))
-                for table in tables:
+                    unit_requests += future.result().zk_requests
+                    report(stage.name, done, len(todo))
+                for table in stage.tables:
                     _empty_table(directory, table)
                     result.rows[table] = pq.ParquetDataset(directory / table).read(columns=[]).num_rows
-                result.seconds[stage] = time.monotonic() - started
-                if stage == BK_LEDGERS:
+                if stage.name == BK_LEDGER_IDS:
                     _refuse_without_pulsar_metadata(config, directory)
+                result.zk_requests[stage.name] = unit_requests + _requests_sent() - sent
+                result.seconds[stage.name] = time.monotonic() - started
         finally:
             _close_clients()
     return result
@@ -704,29 +832,3 @@ def _clear(path: Path) -> None:
     if path.exists():
         for part in path.glob("*"):
             part.unlink()
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The alternative measured against the exporter: kazoo inside Spark tasks
-# ---------------------------------------------------------------------------------------------------------
-
-
-def spark_scan_bk_ledgers(spark: Any, config: ExtractConfig, units: Iterable[Unit]) -> Any:
-    """The BK ledger scan as Spark tasks (one task per prefix unit) -> a ``bk_ledgers`` DataFrame."""
-    from reconcile.transform import BK_LEDGERS_SCHEMA
-
-    keys = [u.key for u in units]
-
-    def scan(partition: Iterator[str]) -> Iterator[tuple[Any, ...]]:
-        names = SCHEMAS[BK_LEDGERS].names
-        for key in partition:
-            cols = scan_bk_unit(config, key)
-            for row in zip(*(cols[n] for n in names), strict=True):
-                custom = row[names.index("custom")]
-                yield tuple(
-                    dict(custom) if n == "custom" and custom is not None else v
-                    for n, v in zip(names, row, strict=True)
-                )
-
-    rdd = spark.sparkContext.parallelize(keys, max(1, len(keys))).mapPartitions(scan)
-    return spark.createDataFrame(rdd, BK_LEDGERS_SCHEMA)

@@ -16,20 +16,18 @@ other command. The executors need nothing of ours: the reconcile is pure Spark S
 read the extract's Parquet there and write ``findings.parquet``. Client deploy mode: the extract on the
 driver talks to ZooKeeper and S3.
 
-Why the extract is a parallel exporter and not Spark tasks running kazoo (both exist: ``extract_all`` and
-``extract.spark_scan_bk_ledgers``; ``bench/reconcile_benchmark.py --scan-ab`` times them on the same units):
-on ``local[2]`` they are equally fast within noise (100k ledgers: 35.1/37.2 s exporter vs 50.6/30.4 s in
-Spark tasks, two alternating rounds on a shared, loaded 2-core machine), because both run the same Python
-scan (pipelined ZooKeeper reads + protobuf decoding) on the same cores. So the other properties decide: the
-exporter keeps every finished prefix as a part file and ``--resume`` restarts where it stopped (a failed
-Spark job rescans everything); it needs neither executors with network access to ZooKeeper nor kazoo on
-them; and its load on ZooKeeper is an explicit number of sessions (``--extract-workers``), whereas a Spark
-cluster would point every executor at the ensemble the brokers depend on. Spark does the part that is a
-join: the reconcile.
+Why the extract runs in a process pool on the driver and not in Spark tasks: it keeps every finished unit
+as a part file, so ``--resume`` restarts where it stopped (a failed Spark job starts over); it needs neither
+executors with network access to ZooKeeper nor kazoo on them; and its load on ZooKeeper is an explicit
+number of sessions (``--extract-workers``), where a Spark cluster would point every executor at the
+ensemble the brokers depend on. It reads little: ledger ids from child lists, Pulsar's records, and the
+metadata of the unreferenced ledgers only, in ZooKeeper multi-reads (see ``reconcile.extract``). Spark does
+the part that is a join: the reconcile.
 
-Order and safety: BK ledgers are listed first, objects second, references last (see ``reconcile.extract``);
-the transforms are pure functions of those snapshots (``reconcile.transform``); every candidate still goes
-through the deletion service's own checks (topic, owner broker, BK metadata match) when submitted.
+Order and safety: ledger ids are listed first, objects second, references third, the metadata of the
+unreferenced ledgers last (see ``reconcile.extract``); the transforms are pure functions of those snapshots
+(``reconcile.transform``); every candidate still goes through the deletion service's own checks (topic, owner
+broker, BK metadata match) when submitted.
 """
 
 from __future__ import annotations
@@ -50,6 +48,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from reconcile.candidates import Rejected, build_requests, head_owners, write_avro, write_jsonl
 from reconcile.extract import (
+    BK_LEDGER_IDS,
     BK_LEDGERS,
     OFFLOAD_CONTEXTS,
     OFFLOAD_OBJECTS,
@@ -159,7 +158,7 @@ def spark_session(
             .config("spark.driver.memory", "3g")
         )
     if (master or "").startswith("local"):
-        # Python workers (only the kazoo-in-Spark scan uses them) must run this interpreter.
+        # Python workers, should any stage need them (the reconcile is pure SQL), must run this interpreter.
         # (SparkContext reads PYSPARK_PYTHON, not the spark.pyspark.python setting, for local workers.)
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = builder.getOrCreate()
@@ -183,9 +182,12 @@ def run(
     console: Console | None = None,
     publish: Callable[[Sequence[Any]], int] | None = None,
     s3_client: Any = None,
+    extracted: ExtractResult | None = None,
 ) -> JobResult:
     """The whole job. ``publish`` (e.g. ``ledger_deletion.submit.publish_requests`` bound to settings) is
-    called with the requests only when given: without it this is a dry run that only writes files."""
+    called with the requests only when given: without it this is a dry run that only writes files.
+    ``extracted``: an extract of ``config.extract`` made just before, reconciled instead of making one (the
+    benchmark measures the two apart)."""
     from pyspark.sql import functions as F
 
     from reconcile import transform as T
@@ -198,21 +200,24 @@ def run(
     cutoff_ms = now_ms - int(config.min_age_seconds * 1000)
 
     # 1. extract --------------------------------------------------------------------------------------
-    with _progress(console) as progress, _stage(timings, "extract"):
-        tasks: dict[str, Any] = {}
+    if extracted is None:
+        with _progress(console) as progress, _stage(timings, "extract"):
+            tasks: dict[str, Any] = {}
 
-        def on_progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = progress.add_task(f"extract {stage}", total=total)
-            progress.update(tasks[stage], completed=done, total=total)
+            def on_progress(stage: str, done: int, total: int) -> None:
+                if stage not in tasks:
+                    tasks[stage] = progress.add_task(f"extract {stage}", total=total)
+                progress.update(tasks[stage], completed=done, total=total)
 
-        extracted = extract_all(config.extract, out / "extract", resume=config.resume, progress=on_progress)
+            extracted = extract_all(
+                config.extract, out / "extract", resume=config.resume, progress=on_progress
+            )
     timings.update({f"extract_{k}": v for k, v in extracted.seconds.items()})
     console.print(
         "extracted: "
         + ", ".join(
             f"{extracted.rows.get(t, 0)} {t}"
-            for t in (BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, OFFLOAD_CONTEXTS)
+            for t in (BK_LEDGER_IDS, BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, OFFLOAD_CONTEXTS)
         )
     )
 
@@ -290,6 +295,7 @@ def run(
                     "cutoff_ms": cutoff_ms,
                     "tenant": config.tenant,
                     "extracted_rows": extracted.rows,
+                    "zookeeper_requests": extracted.zk_requests,
                     "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
                     "requests": len(requests),
                     "candidate_reasons": {

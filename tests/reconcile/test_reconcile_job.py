@@ -237,7 +237,7 @@ def test_offload_keys_of_requests_exist(cluster: dict[str, Any], result: Any, s3
 
 
 def test_extract_resumes_from_the_parts_it_has(cluster: dict[str, Any], tmp_path: Path) -> None:
-    from reconcile.extract import BK_LEDGERS, OFFLOAD_OBJECTS, extract_all
+    from reconcile.extract import BK_LEDGER_IDS, BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, extract_all
 
     config = ExtractConfig(
         zookeeper=cluster["stack"].zookeeper + cluster["chroot"],
@@ -246,14 +246,16 @@ def test_extract_resumes_from_the_parts_it_has(cluster: dict[str, Any], tmp_path
         workers=1,
     )
     first = extract_all(config, tmp_path)
-    assert first.skipped_units == {BK_LEDGERS: 0, OFFLOAD_OBJECTS: 0, "references": 0}
-    parts = sorted((tmp_path / BK_LEDGERS).glob("part-*.parquet"))
+    assert first.skipped_units == {BK_LEDGER_IDS: 0, OFFLOAD_OBJECTS: 0, REFERENCES: 0, BK_LEDGERS: 0}
+    parts = sorted((tmp_path / BK_LEDGER_IDS).glob("part-*.parquet"))
     parts[0].unlink()  # as if the extract had been interrupted there
     again = extract_all(config, tmp_path, resume=True)
-    assert again.skipped_units[BK_LEDGERS] == first.units[BK_LEDGERS] - 1
+    assert again.skipped_units[BK_LEDGER_IDS] == first.units[BK_LEDGER_IDS] - 1
     assert again.skipped_units[OFFLOAD_OBJECTS] == first.units[OFFLOAD_OBJECTS]
+    # References, and the metadata of the ledgers they leave unreferenced, are always read again.
+    assert again.skipped_units[REFERENCES] == again.skipped_units[BK_LEDGERS] == 0
     assert again.rows == first.rows
-    assert first.rows[BK_LEDGERS] == len(cluster["ledger_ids"])
+    assert first.rows[BK_LEDGER_IDS] == len(cluster["ledger_ids"])
 
 
 def _existing(cluster: dict[str, Any], zk: Any, s3: Any) -> tuple[set[int], set[str]]:

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from ledger_deletion.errors import InvalidRequestError
+from ledger_deletion.formats.bk_paths import ledger_id_from_path, ledger_path
 from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.request import LedgerComponent, LedgerType, request_to_wire
 from reconcile.candidates import build_requests, head_owners, request_for_finding
+from reconcile.extract import ids_from_children
 from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans
 from reconcile.job import parse_duration
 from reconcile.report import ReportRow, human_bytes, render_chart, render_table, totals
@@ -233,3 +235,34 @@ def test_generated_objects_carry_the_metadata_pulsar_writes() -> None:
         assert meta[key] == {"s3managedledgeroffloaderformatversion": "1"}
         problem = _ownership_problem(meta[key], "public/ns/persistent/t", object_role(key))
         assert "no ManagedLedgerName" in problem
+
+
+@pytest.mark.parametrize(
+    "ledger_id",
+    [0, 1, 9_999, 10_000, 123_456_789, 2**31 - 2, 2**31 - 1, 2**31, 2**32 + 17, 2**63 - 1],
+)
+def test_listing_ids_are_the_ids_of_the_canonical_paths(ledger_id: int) -> None:
+    path = ledger_path(ledger_id, "/ledgers")
+    parent, child = path.rsplit("/", 1)
+    assert ids_from_children("/ledgers", parent, [child]) == [ledger_id_from_path(path, "/ledgers")]
+
+
+@pytest.mark.parametrize(
+    ("parent", "child"),
+    [
+        ("/ledgers/00/0000", "L１２３４"),  # digits, but not ASCII ones
+        ("/ledgers/00/0000", "L123"),
+        ("/ledgers/00/0000", "L12345"),
+        ("/ledgers/00/0000", "X1234"),
+        ("/ledgers/00/0000", "INSTANCEID"),
+        ("/ledgers/000/0000/0000/0000", "L0001"),  # a small id spelled in the long layout
+        ("/ledgers/21/4748", "L3647"),  # Integer.MAX_VALUE spelled in the legacy layout
+        ("/ledgers/922/3372/0368/5477", "L5808"),  # 2^63, beyond a long
+        ("/ledgers/00", "L0001"),
+        ("/other/00/0000", "L0001"),
+    ],
+)
+def test_listing_skips_what_is_no_canonical_ledger_path(parent: str, child: str) -> None:
+    with pytest.raises(ValueError):
+        ledger_id_from_path(f"{parent}/{child}", "/ledgers")
+    assert ids_from_children("/ledgers", parent, [child]) == []
