@@ -53,10 +53,13 @@ class OffloadActivities:
         if offload.offload_segment:
             return _refuse_segments(offload)
         existing: dict[str, list[str]] = defaultdict(list)
+        versioned: set[tuple[str, str]] = set()  # objects whose bytes a delete keeps as a noncurrent version
         for bucket, key in targets:
             head = self._store.head(bucket, key)
             if head is None:
                 continue
+            if head.versioned:
+                versioned.add((bucket, key))
             problem = _ownership_problem(head.metadata, inp.managed_ledger_name, object_role(key))
             if problem:
                 # Nothing is deleted, not even the objects that did match: the pair goes or stays together.
@@ -71,8 +74,9 @@ class OffloadActivities:
                 self._store.require_bucket(bucket)
         if not existing:
             return DeleteOffloadResult(Outcome.ALREADY_DELETED, reason="no offloaded objects left")
+        markers: set[tuple[str, str]] = set()
         for bucket, keys in existing.items():
-            self._store.delete(bucket, keys)
+            markers.update((bucket, key) for key in self._store.delete(bucket, keys))
         # Confirm: some S3 implementations have been seen to accept DeleteObjects and keep the objects.
         still_there = [
             f"s3://{b}/{k}" for b, keys in existing.items() for k in keys if self._store.head(b, k)
@@ -80,7 +84,9 @@ class OffloadActivities:
         if still_there:
             raise DeletionNotConfirmed(f"still present after delete: {', '.join(still_there[:4])}")
         return DeleteOffloadResult(
-            Outcome.DELETED, deleted_keys=[f"s3://{b}/{k}" for b, keys in existing.items() for k in keys]
+            Outcome.DELETED,
+            deleted_keys=[f"s3://{b}/{k}" for b, keys in existing.items() for k in keys],
+            reason=_versions_kept(markers & versioned),
         )
 
     def _targets(self, context: LedgerInfo, ledger_id: int) -> list[tuple[str, str]]:
@@ -107,6 +113,25 @@ class OffloadActivities:
         if not targets:
             raise InvalidRequestError("offloadContext yields no object keys")
         return targets
+
+
+def _versions_kept(kept: set[tuple[str, str]]) -> str:
+    """Say so when the delete left the bytes in the bucket: "" when it did not.
+
+    In a versioned bucket DeleteObjects without version ids (what this service sends, and what Pulsar's own
+    offloader sends through jclouds' removeBlobs) writes delete markers: readers get 404, but each object's
+    last version stays, noncurrent, until the bucket's lifecycle (NoncurrentVersionExpiration) removes it.
+    The versions are not deleted here: versioning is the bucket owner's safety net, and deleting versions
+    would need s3:DeleteObjectVersion for a permanent delete Pulsar itself never makes.
+    """
+    if not kept:
+        return ""
+    buckets = ", ".join(sorted({bucket for bucket, _ in kept}))
+    return (
+        f"bucket {buckets} is versioned: the delete wrote delete markers and {len(kept)} object(s) keep "
+        "their bytes as noncurrent versions until the bucket's lifecycle (NoncurrentVersionExpiration) "
+        "expires them"
+    )
 
 
 def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, role: str) -> str:

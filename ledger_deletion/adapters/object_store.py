@@ -38,6 +38,14 @@ class ObjectHead:
     key: str
     size: int
     metadata: dict[str, str]
+    # The version HEAD saw, in a bucket that has (or had) versioning; "null" for an object written while
+    # versioning was off or suspended; None in a bucket that never had versioning.
+    version_id: str | None = None
+
+    @property
+    def versioned(self) -> bool:
+        """A delete of this object leaves its bytes behind, as a noncurrent version."""
+        return self.version_id not in (None, "null")
 
 
 @dataclass
@@ -77,7 +85,10 @@ class ObjectStore:
                     return None
                 raise
         return ObjectHead(
-            key=key, size=int(response.get("ContentLength", 0)), metadata=dict(response.get("Metadata", {}))
+            key=key,
+            size=int(response.get("ContentLength", 0)),
+            metadata=dict(response.get("Metadata", {})),
+            version_id=response.get("VersionId"),
         )
 
     def require_bucket(self, bucket: str) -> None:
@@ -93,10 +104,16 @@ class ObjectStore:
                     raise self._bucket_not_found(bucket, _code(exc)) from exc
                 raise
 
-    def delete(self, bucket: str, keys: list[str]) -> None:
+    def delete(self, bucket: str, keys: list[str]) -> list[str]:
+        """DeleteObjects of exactly ``keys``; returns those S3 kept as a delete marker.
+
+        In a bucket with versioning a delete without a version id does not remove the bytes: it writes a
+        delete marker, and the object's versions stay (noncurrent) until a lifecycle rule expires them. The
+        non-quiet answer says so per key (``DeleteMarker``), so the caller can report it.
+        """
         with self._translated(bucket, f"DeleteObjects s3://{bucket}"):
             response = self._client.delete_objects(
-                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True}
+                Bucket=bucket, Delete={"Objects": [{"Key": k} for k in keys], "Quiet": False}
             )
         errors = response.get("Errors") or []
         if errors:
@@ -107,6 +124,7 @@ class ObjectStore:
             if codes & _WRONG_BUCKET_CODES:
                 raise self._bucket_not_found(bucket, ",".join(sorted(codes & _WRONG_BUCKET_CODES)))
             raise ObjectStoreUnavailable(message)
+        return [str(d["Key"]) for d in response.get("Deleted") or [] if d.get("DeleteMarker")]
 
     def _bucket_not_found(self, bucket: str, code: str) -> BucketNotFound:
         where = self.endpoint_url or "AWS S3"
