@@ -13,8 +13,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from ledger_deletion.settings import POOLS, load_settings
+from ledger_deletion.settings import POOLS, TEMPORAL, load_settings, pool_endpoints
 
 app = typer.Typer(
     name="ledger-deletion",
@@ -55,7 +56,8 @@ def worker(
     from workers.main import main as run_worker
 
     names = sorted({p.value for p in pool})
-    run_worker(list(POOLS) if "all" in names else names, load_settings())
+    pools = list(POOLS) if "all" in names else names
+    run_worker(pools, load_settings(require=pool_endpoints(pools)))
 
 
 @app.command()
@@ -77,7 +79,7 @@ def submit(
 
     from ledger_deletion.submit import LineError, RequestPublisher, parse_jsonl
 
-    settings = load_settings()
+    settings = load_settings(require=() if dry_run else ("pulsar_url",))
     if jsonl != "-" and not Path(jsonl).is_file():
         errors.print(f"[red]no such file:[/red] {jsonl}")
         raise typer.Exit(2)
@@ -115,7 +117,7 @@ def setup() -> None:
 
     from ledger_deletion.operator import register_search_attributes
 
-    added = asyncio.run(register_search_attributes(load_settings()))
+    added = asyncio.run(register_search_attributes(load_settings(require=TEMPORAL)))
     console.print(f"search attributes registered ({added} new)")
 
 
@@ -172,5 +174,6 @@ def main() -> None:
     try:
         app()
     except LedgerDeletionError as exc:
-        errors.print(f"[red]error:[/red] {exc}")
+        # Messages name settings such as host:port[/chroot]: printed as text, not markup, on one line.
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         sys.exit(2)

@@ -1,12 +1,14 @@
 """Settings, read once from the environment at the edge (CLI / worker start) and passed down as values.
 
-Every variable is listed in the README's settings table. Defaults point at the embedded stack
-(``ledger-deletion stack up``), so everything works on one machine without configuration; for a real cluster
-set the endpoints (``eval "$(ledger-deletion stack env)"`` shows the full list).
+Every field carries its description (what it is, its unit): the settings reference is generated from this
+model. Endpoints have no defaults: a deployment that forgets one must refuse to start, not talk to some
+other host. Each command names the endpoints it needs (:func:`load_settings`'s ``require``) and is refused
+with the list of those missing; ``eval "$(ledger-deletion stack env)"`` sets them all for the embedded stack.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -31,6 +33,17 @@ DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
 POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
 COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
 
+# The endpoints each pool connects to: every pool is a Temporal worker, and each talks to one system.
+TEMPORAL = ("temporal_address",)
+POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
+    "workflow": TEMPORAL,
+    "pulsar": (*TEMPORAL, "pulsar_url", "pulsar_admin_url"),
+    "bookkeeper": (*TEMPORAL, "zookeeper"),
+    "offload": (*TEMPORAL, "s3_endpoint"),
+}
+ENDPOINTS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
+STACK_HINT = 'for the embedded stack run: eval "$(ledger-deletion stack env)"'
+
 # Steps that take a retry override (the dead letter is retried until it is published, the ack three times)
 # and steps that take a timeout override: every activity.
 RETRIED_STEPS = frozenset(
@@ -49,117 +62,247 @@ TIMED_STEPS = RETRIED_STEPS | {Step.PUBLISH_DEAD_LETTER.value, Step.ACK_MESSAGES
 class StepRetry(BaseModel):
     """Override of the retry policy for one step, e.g. ``{"delete_offload_segment": {"max_attempts": 3}}``."""
 
-    max_attempts: int | None = Field(default=None, ge=1)
-    initial_seconds: float | None = Field(default=None, gt=0)
-    max_interval_seconds: float | None = Field(default=None, gt=0)
+    max_attempts: int | None = Field(default=None, ge=1, description="Attempts of the step, at least 1.")
+    initial_seconds: float | None = Field(default=None, gt=0, description="First retry backoff, seconds.")
+    max_interval_seconds: float | None = Field(default=None, gt=0, description="Backoff cap, seconds.")
 
 
 class Settings(BaseSettings):
-    """All settings of the service. Environment names are ``LEDGER_DELETION_<FIELD>`` unless noted."""
+    """All settings of the service. Environment names are ``LEDGER_DELETION_<FIELD>`` unless noted.
+
+    An endpoint's ``title`` names it in the message that refuses a command started without it.
+    """
 
     model_config = SettingsConfigDict(env_prefix="LEDGER_DELETION_", extra="ignore", frozen=True)
 
     # Temporal (standard TEMPORAL_* names, as the Temporal CLI uses)
     temporal_address: str = Field(
-        default="127.0.0.1:17233",
+        default="",
         validation_alias=AliasChoices("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS"),
+        title="Temporal frontend, host:port",
+        description="Temporal frontend as host:port; no default, needed by every pool and by setup, list, "
+        "show and inflight.",
     )
     temporal_namespace: str = Field(
         default="default",
         validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "LEDGER_DELETION_TEMPORAL_NAMESPACE"),
+        description="Temporal namespace the deletion workflows run in.",
     )
     temporal_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("TEMPORAL_API_KEY", "LEDGER_DELETION_TEMPORAL_API_KEY")
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_API_KEY", "LEDGER_DELETION_TEMPORAL_API_KEY"),
+        description="API key for Temporal (e.g. Temporal Cloud), which implies TLS; unset: none.",
     )
     temporal_tls: bool = Field(
-        default=False, validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS")
+        default=False,
+        validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS"),
+        description="Connect to the Temporal frontend over TLS (true/false).",
     )
-    temporal_ui_url: str = "http://127.0.0.1:18233"
-    task_queue_prefix: str = "ledger-deletion"
+    task_queue_prefix: str = Field(
+        default="ledger-deletion",
+        description="Prefix of the Temporal task queues: <prefix>-workflow|pulsar|bookkeeper|offload.",
+    )
 
     # Pulsar
-    pulsar_url: str = "pulsar://127.0.0.1:16650"
-    pulsar_admin_url: str = "http://127.0.0.1:18080"
-    pulsar_token: SecretStr | None = None
-    topic: str = DEFAULT_TOPIC
-    dlq_topic: str = ""  # empty: "<topic>-DLQ"
-    subscription: str = DEFAULT_SUBSCRIPTION
-    # Tenant isolation (seeds/001): per-namespace deletion topics, consumed with the system topic above.
-    # tenant_topics: comma-separated topic names (works on every broker). topic_pattern: whitespace-separated
-    # regexes, each within one namespace as Pulsar's pattern subscriptions are (needs the broker's namespace
-    # topic listing, which pulsar-lite lacks).
-    tenant_topics: str = ""
-    topic_pattern: str = ""
-    admin_timeout_seconds: float = Field(default=10.0, gt=0)
-    admin_max_redirects: int = Field(default=5, ge=0)
+    pulsar_url: str = Field(
+        default="",
+        title="Pulsar service URL, pulsar://host:6650",
+        description="Pulsar binary-protocol service URL, e.g. pulsar://broker:6650; no default, needed by "
+        "the pulsar pool, submit and dlq.",
+    )
+    pulsar_admin_url: str = Field(
+        default="",
+        title="a broker's admin REST URL, http://host:8080",
+        description="Any broker's admin REST URL, e.g. http://broker:8080 (redirects to the owner broker are "
+        "followed); no default, needed by the pulsar pool and inflight.",
+    )
+    pulsar_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for the Pulsar client and the admin REST, re-sent on redirects only to the "
+        "same host or a trusted broker; unset: no authentication.",
+    )
+    topic: str = Field(
+        default=DEFAULT_TOPIC, description="The deletion topic (partitioned) PIP-186 publishes to."
+    )
+    dlq_topic: str = Field(default="", description="Dead-letter topic; empty: <topic>-DLQ.")
+    subscription: str = Field(
+        default=DEFAULT_SUBSCRIPTION,
+        description="Shared subscription on the deletion topics (PIP-186's name).",
+    )
+    tenant_topics: str = Field(
+        default="",
+        description="Per-tenant/namespace deletion topics consumed with the system topic (tenant isolation), "
+        "comma-separated; works on every broker.",
+    )
+    topic_pattern: str = Field(
+        default="",
+        description="Whitespace-separated regexes of deletion topics to consume, each within one namespace "
+        "as Pulsar's pattern subscriptions are (needs a broker that lists a namespace's topics; pulsar-lite "
+        "does not).",
+    )
+    admin_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="Timeout of one admin REST call, seconds."
+    )
+    admin_max_redirects: int = Field(
+        default=5, ge=0, description="Redirects (307 to the owner broker) followed per admin REST call."
+    )
 
     # BookKeeper metadata in ZooKeeper
-    zookeeper: str = "127.0.0.1:12181"
-    zookeeper_digest: SecretStr | None = None  # "user:password" for ZooKeeper digest auth
-    bk_ledgers_root: str = "/ledgers"
-    zookeeper_timeout_seconds: float = Field(default=10.0, gt=0)
-    # Pulsar's own metadata store (managed ledgers, cursors, schema locators) when it is not the ZooKeeper
-    # above: Pulsar's ``metadataStoreUrl`` as ``host:port[,host:port][/chroot]``. Empty: the same ZooKeeper,
-    # as in Pulsar's default deployment. Read for schema locators and by reconcile; never written.
-    pulsar_metadata_zookeeper: str = ""
-    pulsar_metadata_zookeeper_digest: SecretStr | None = None  # None: zookeeper_digest
+    zookeeper: str = Field(
+        default="",
+        title="ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]",
+        description="ZooKeeper holding BookKeeper's ledger metadata, as host:port[,host:port][/chroot]; no "
+        "default, needed by the bookkeeper pool and reconcile.",
+    )
+    zookeeper_digest: SecretStr | None = Field(
+        default=None, description="user:password for ZooKeeper digest authentication; unset: none."
+    )
+    bk_ledgers_root: str = Field(
+        default="/ledgers", description="BookKeeper's ledgers root znode; nothing outside it is ever deleted."
+    )
+    zookeeper_timeout_seconds: float = Field(
+        default=10.0, gt=0, description="ZooKeeper session and connect timeout, seconds."
+    )
+    pulsar_metadata_zookeeper: str = Field(
+        default="",
+        description="Pulsar's own metadata store (its metadataStoreUrl, host:port[,host:port][/chroot]) "
+        "when it is not BookKeeper's ZooKeeper; empty: that same ZooKeeper, as in Pulsar's default "
+        "deployment. Read for schema locators and by reconcile, never written.",
+    )
+    pulsar_metadata_zookeeper_digest: SecretStr | None = Field(
+        default=None,
+        description="user:password for Pulsar's metadata store; unset: LEDGER_DELETION_ZOOKEEPER_DIGEST.",
+    )
 
-    # Tiered storage (S3-compatible). Empty endpoint = AWS default chain and endpoints.
-    s3_endpoint: str = "http://127.0.0.1:19000"
-    s3_region: str = "us-east-1"
-    # Other URLs of that same endpoint, comma-separated, as brokers may name it in an offload's driver
-    # metadata (serviceEndpoint): a proxy, a load balancer, another DNS name. An offload whose metadata names
-    # any other endpoint, or another region, is refused (dead-lettered): its objects are not in our store.
-    s3_endpoint_aliases: str = ""
-    offload_bucket: str = "pulsar-offload"
+    # Tiered storage (S3-compatible)
+    s3_endpoint: str | None = Field(
+        default=None,
+        title="S3 endpoint of the offload bucket, http://host:port, or empty for AWS",
+        description="S3-compatible endpoint of the offload bucket, e.g. http://minio:9000, or the empty "
+        "string for AWS's own endpoints; unset is not AWS, the offload pool and reconcile refuse to start "
+        "(credentials come from the standard AWS chain).",
+    )
+    s3_region: str = Field(default="us-east-1", description="Region of the offload bucket.")
+    s3_endpoint_aliases: str = Field(
+        default="",
+        description="Other URLs of that same endpoint that brokers may name in an offload's driver metadata "
+        "(serviceEndpoint), comma-separated: a proxy, a load balancer, another DNS name; an offload naming "
+        "any other endpoint, or another region, is dead-lettered, its objects are not in this store.",
+    )
+    offload_bucket: str = Field(
+        default="pulsar-offload", description="Offload bucket used when the driver metadata names none."
+    )
 
     # Retry / grace policy (PIP-186 defaults)
-    max_attempts: int = Field(default=10, ge=1)
-    retry_initial_seconds: float = Field(default=1.0, gt=0)
-    retry_max_interval_seconds: float = Field(default=600.0, gt=0)
-    step_retry: dict[str, StepRetry] = Field(default_factory=dict)
-    activity_timeout_seconds: float = Field(default=60.0, gt=0)
-    # Start-to-close timeouts of single steps, e.g. ``{"check_topic": 15}``. Steps left out that make one
-    # call to the admin API or ZooKeeper get three times that client's timeout (ledger_deletion.policy).
-    step_timeout_seconds: dict[str, PositiveFloat] = Field(default_factory=dict)
-    in_use_rechecks: int = Field(default=3, ge=0)
-    in_use_recheck_seconds: float = Field(default=60.0, ge=0)
-    ack_schedule_to_start_seconds: float = Field(default=120.0, gt=0)
-    ack_sweep_seconds: float = Field(default=60.0, gt=0)  # how often held messages of ended workflows settle
+    max_attempts: int = Field(
+        default=10, ge=1, description="Attempts per step before the request is dead-lettered (PIP-186: 10)."
+    )
+    retry_initial_seconds: float = Field(default=1.0, gt=0, description="First retry backoff, seconds.")
+    retry_max_interval_seconds: float = Field(
+        default=600.0, gt=0, description="Retry backoff cap, seconds (PIP-186's reconsume interval)."
+    )
+    step_retry: dict[str, StepRetry] = Field(
+        default_factory=dict,
+        description='Per-step retry overrides as JSON, e.g. {"delete_offload_segment": {"max_attempts": 3, '
+        '"initial_seconds": 5}}; steps: check_topic, ask_owner_broker, verify_bk_metadata, delete_bk_ledger, '
+        "delete_offload_segment (a misspelt step is refused at start).",
+    )
+    activity_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="Start-to-close timeout of each activity attempt, seconds, unless the step has its own.",
+    )
+    step_timeout_seconds: dict[str, PositiveFloat] = Field(
+        default_factory=dict,
+        description='Per-step start-to-close timeouts in seconds as JSON, e.g. {"check_topic": 15}; steps '
+        "left out that make one call to the admin API or ZooKeeper get three times that client's timeout, "
+        "at most the activity timeout.",
+    )
+    in_use_rechecks: int = Field(
+        default=3, ge=0, description="Re-asks of the owner broker while the ledger is still listed as in use."
+    )
+    in_use_recheck_seconds: float = Field(
+        default=60.0, ge=0, description="Durable timer between those re-asks, seconds."
+    )
+    ack_schedule_to_start_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long an ack waits for the process that received the message, seconds, before "
+        "Pulsar's redelivery takes over.",
+    )
+    ack_sweep_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How often a pulsar-pool process settles held messages of workflows that ended without "
+        "reaching it, seconds.",
+    )
 
     # Pools
-    workflow_concurrency: int = Field(default=100, ge=1)
-    pulsar_concurrency: int = Field(default=64, ge=1)
-    bookkeeper_concurrency: int = Field(default=64, ge=1)
-    offload_concurrency: int = Field(default=32, ge=1)
-    # Long polls each worker keeps open for tasks. The SDK's 5 leave the server idle while polls travel to
-    # a busy worker and back: 32 raised deletions/s by 15-20 % (docs/performance.md, change 15). Workflow
-    # pollers split between the shared and the worker's sticky queue, so at least 2.
-    workflow_task_pollers: int = Field(default=32, ge=2)
-    activity_task_pollers: int = Field(default=32, ge=1)
-    ingest_max_inflight: int = Field(default=1000, ge=1)  # received, not yet acked messages per process
-    # After this long without a message the ingest loop subscribes a fresh consumer (0: never): a broker that
-    # stops dispatching to a consumer must not leave the backlog stuck (docs/reliability.md).
-    ingest_resubscribe_idle_seconds: float = Field(default=60.0, ge=0)
-    # Every pool on one task queue, for processes that each run all pools (``--pool all``): an activity then
-    # starts eagerly on the worker whose workflow scheduled it, with no task-queue round trip through the
-    # server (docs/performance.md). Pools can then no longer be deployed and scaled apart.
-    colocate_pools: bool = False
-    # Run workflow code in the Temporal SDK's sandbox. The sandbox is a development aid: it catches a
-    # non-deterministic call (clock, random, I/O) in workflow code when it runs. Here the workflow code is the
-    # project's own: the workflow tests run it sandboxed and the replay tests both ways. In the service the
-    # sandbox costs a third of the workflow pool's CPU, ~4 % of throughput (docs/performance.md, change 14).
-    workflow_sandbox: bool = False
-    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    workflow_concurrency: int = Field(
+        default=100, ge=1, description="Workflow tasks one workflow-pool process runs at once."
+    )
+    pulsar_concurrency: int = Field(
+        default=64, ge=1, description="Activities one pulsar-pool process runs at once."
+    )
+    bookkeeper_concurrency: int = Field(
+        default=64, ge=1, description="Activities one bookkeeper-pool process runs at once."
+    )
+    offload_concurrency: int = Field(
+        default=32, ge=1, description="Activities one offload-pool process runs at once."
+    )
+    # The SDK's 5 pollers leave the server idle while polls travel to a busy worker and back. Workflow pollers
+    # split between the shared and the worker's sticky queue, hence at least 2.
+    workflow_task_pollers: int = Field(
+        default=32, ge=2, description="Long polls for workflow tasks each worker keeps open (at least 2)."
+    )
+    activity_task_pollers: int = Field(
+        default=32, ge=1, description="Long polls for activity tasks each worker keeps open."
+    )
+    ingest_max_inflight: int = Field(
+        default=1000, ge=1, description="Messages one process holds received but not yet acked, at most."
+    )
+    # A broker that stops dispatching to a consumer must not leave the backlog stuck (docs/reliability.md).
+    ingest_resubscribe_idle_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Seconds without a message after which the ingest loop subscribes a fresh consumer; "
+        "0: never.",
+    )
+    # An activity then starts eagerly on the worker whose workflow scheduled it, with no task-queue round trip
+    # through the server; the pools can no longer be deployed and scaled apart.
+    colocate_pools: bool = Field(
+        default=False,
+        description="Put every pool on one task queue, for processes that each run all pools (--pool all).",
+    )
+    # The sandbox catches a non-deterministic call (clock, random, I/O) in workflow code when it runs. The
+    # workflow code is the project's own: the workflow tests run it sandboxed and the replay tests both ways,
+    # so the service runs it without the sandbox's CPU cost.
+    workflow_sandbox: bool = Field(
+        default=False, description="Run workflow code in the Temporal SDK's sandbox (a development aid)."
+    )
+    shutdown_grace_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        description="After SIGTERM, how long a pulsar-pool process waits for the messages it holds to be "
+        "acked, seconds.",
+    )
 
-    # Observability: Prometheus endpoints per process (one process per pool in production); 0 turns one off.
-    # Traces go over OTLP when the standard OTEL_* variables are set (see ledger_deletion.observability).
-    metrics_port: int = Field(default=9464, ge=0, le=65535)
-    temporal_metrics_port: int = Field(default=9465, ge=0, le=65535)
-    metrics_host: str = "0.0.0.0"
-    # How often a pulsar-pool process refreshes the ledger_deletion_inflight_estimate gauge (a visibility
-    # query and the admin API's topic stats each time); 0 turns it off.
-    inflight_metric_seconds: float = Field(default=60.0, ge=0)
+    # Observability: one Prometheus endpoint pair per process (one process per pool in production). Traces go
+    # over OTLP when the standard OTEL_* variables are set (ledger_deletion.observability).
+    metrics_port: int = Field(
+        default=9464, ge=0, le=65535, description="Port of the service's Prometheus endpoint; 0: off."
+    )
+    temporal_metrics_port: int = Field(
+        default=9465, ge=0, le=65535, description="Port of the Temporal SDK's Prometheus endpoint; 0: off."
+    )
+    metrics_host: str = Field(default="0.0.0.0", description="Address the Prometheus endpoints listen on.")
+    # Each refresh is a visibility query and the admin API's topic stats.
+    inflight_metric_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="How often a pulsar-pool process refreshes the ledger_deletion_inflight_estimate gauge, "
+        "seconds; 0: off.",
+    )
 
     @field_validator("step_retry")
     @classmethod
@@ -228,11 +371,14 @@ def _known_steps(value: dict[str, Any], steps: frozenset[str]) -> dict[str, Any]
     return value
 
 
-def load_settings(**overrides: Any) -> Settings:
+def load_settings(*, require: Iterable[str] = (), **overrides: Any) -> Settings:
     """Read the environment once. Call only at the edge (CLI commands, worker ``main``).
 
+    ``require``: the endpoints (:data:`ENDPOINTS`) the command connects to; each one unset is named.
+
     Raises:
-        ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``.
+        ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``, or
+            each missing endpoint with what it is.
     """
     try:
         settings = Settings()
@@ -242,7 +388,30 @@ def load_settings(**overrides: Any) -> Settings:
             field = str(error["loc"][0]) if error["loc"] else "?"
             problems.append(f"{env_name(field)}: {error['msg']}")
         raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
-    return settings.with_overrides(**overrides) if overrides else settings
+    settings = settings.with_overrides(**overrides) if overrides else settings
+    missing = missing_endpoints(settings, require)
+    if missing:
+        named = ", ".join(f"{env_name(f)} ({Settings.model_fields[f].title})" for f in missing)
+        raise ConfigurationError(f"missing settings: {named}; {STACK_HINT}")
+    return settings
+
+
+def missing_endpoints(settings: Settings, require: Iterable[str]) -> list[str]:
+    """The fields of ``require`` left unset, in order."""
+    unknown = set(require) - set(ENDPOINTS)
+    if unknown:
+        raise ValueError(f"not endpoints: {', '.join(sorted(unknown))}")
+    # The S3 endpoint's empty string is a choice (AWS's own endpoints); every other endpoint's is a gap.
+    return [
+        field
+        for field in dict.fromkeys(require)
+        if getattr(settings, field) is None or (getattr(settings, field) == "" and field != "s3_endpoint")
+    ]
+
+
+def pool_endpoints(pools: Iterable[str]) -> tuple[str, ...]:
+    """The endpoints a process running ``pools`` connects to."""
+    return tuple(dict.fromkeys(field for pool in pools for field in POOL_ENDPOINTS[pool]))
 
 
 def env_name(field: str) -> str:

@@ -42,8 +42,8 @@ def run_from_settings(
     except ValueError as exc:
         console.print(f"[red]--min-age:[/red] {exc}")
         return 2
-    settings = load_settings()
-    if settings.s3_endpoint.startswith(_LOOPBACK):
+    settings = load_settings(require=("zookeeper", "s3_endpoint", *(("pulsar_url",) if submit else ())))
+    if (settings.s3_endpoint or "").startswith(_LOOPBACK):
         # The embedded stack's moto accepts any credentials; boto3 only needs some to sign requests.
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.settings import TEMPORAL, Settings, load_settings
 
 errors = Console(stderr=True)
 
@@ -84,7 +84,7 @@ def list_deletions(
     from ledger_deletion.ops.deletions import list_deletions as fetch
     from ledger_deletion.ops.deletions import visibility_query
 
-    settings = load_settings()
+    settings = load_settings(require=TEMPORAL)
     query = visibility_query(outcome=outcome, topic=topic, tenant=tenant, running=running)
 
     async def run() -> list[Any]:
@@ -128,7 +128,7 @@ def show(
 
     from ledger_deletion.ops.deletions import describe_deletion, find_workflow_ids
 
-    settings = load_settings()
+    settings = load_settings(require=TEMPORAL)
 
     async def run() -> list[Any]:
         client = await _client(settings)
@@ -219,7 +219,7 @@ def inflight(
     """
     from ledger_deletion.ops.inflight import InflightReport, estimate
 
-    settings = load_settings()
+    settings = load_settings(require=(*TEMPORAL, "pulsar_admin_url"))
 
     async def once() -> InflightReport:
         return await estimate(await _client(settings), settings, tenant, metrics_url or [])
@@ -288,7 +288,7 @@ def dlq_list(
     """
     from ledger_deletion.ops.dlq import read_dead_letters
 
-    settings = load_settings()
+    settings = load_settings(require=("pulsar_url",))
     letters = [d for d in read_dead_letters(settings) if tenant is None or d.tenant == tenant]
     if as_json:
         _emit_json({"topic": settings.dead_letter_topic, "dead_letters": [d.as_json() for d in letters]})
@@ -330,7 +330,7 @@ def dlq_replay(
     if all_ == (ledger is not None):
         errors.print("choose exactly one of --all or --ledger N")
         raise typer.Exit(2)
-    settings = load_settings()
+    settings = load_settings(require=("pulsar_url",))
 
     def select(letter: DeadLetter) -> bool:
         return all_ or letter.ledger_id == ledger

@@ -107,7 +107,6 @@ def cli_env(observed_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> dic
         "LEDGER_DELETION_TOPIC": s.topic,
         "LEDGER_DELETION_TENANT_TOPICS": s.tenant_topics,
         "LEDGER_DELETION_TASK_QUEUE_PREFIX": s.task_queue_prefix,
-        "LEDGER_DELETION_TEMPORAL_UI_URL": s.temporal_ui_url,
     }
     for name, value in env.items():
         monkeypatch.setenv(name, value)

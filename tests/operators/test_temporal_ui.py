@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from devstack.cluster import SimulatedCluster
+from devstack.stack import StackEndpoints
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.submit import RequestPublisher
 from tests.operators.conftest import Observed
@@ -75,7 +76,11 @@ def render(browser: str, url: str, profile: Path, screenshot: Path | None = None
 
 
 async def test_ui_lists_the_workflows_and_finds_one_by_ledger_id(
-    observed: Observed, observed_publisher: RequestPublisher, cluster: SimulatedCluster, tmp_path: Path
+    observed: Observed,
+    observed_publisher: RequestPublisher,
+    cluster: SimulatedCluster,
+    stack: StackEndpoints,
+    tmp_path: Path,
 ) -> None:
     browser = await asyncio.to_thread(find_or_install_chromium)
     _, requests = orphan_requests(cluster, f"ui-{uuid.uuid4().hex[:6]}", offloaded=False)
@@ -84,7 +89,7 @@ async def test_ui_lists_the_workflows_and_finds_one_by_ledger_id(
     results = await results_of(observed.client, requests)
     assert {r.outcome for r in results.values()} == {Outcome.DELETED}
     await asyncio.sleep(1.5)  # visibility is eventually consistent
-    base = observed.settings.temporal_ui_url.rstrip("/")
+    base = stack.temporal_ui_url.rstrip("/")
     namespace = observed.settings.temporal_namespace
 
     listing = await asyncio.to_thread(

@@ -1,4 +1,4 @@
-"""The stack serves exactly the settings' defaults, and every service answers."""
+"""The stack's environment sets every endpoint the service needs, and every service answers."""
 
 from __future__ import annotations
 
@@ -30,21 +30,17 @@ from devstack.stack import (
     default_state_dir,
     recorded_ports,
 )
-from ledger_deletion.settings import DEFAULT_TOPIC, Settings
+from ledger_deletion.settings import DEFAULT_TOPIC, ENDPOINTS, Settings, load_settings
 
 
-def test_default_endpoints_are_the_settings_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in StackEndpoints.for_ports(StackPorts()).as_env():
-        monkeypatch.delenv(name, raising=False)
-    defaults = Settings()
+def test_stack_env_sets_every_endpoint_the_service_needs(monkeypatch: pytest.MonkeyPatch) -> None:
     endpoints = StackEndpoints.for_ports(StackPorts())
-    assert endpoints.temporal_address == defaults.temporal_address
-    assert endpoints.temporal_ui_url == defaults.temporal_ui_url
-    assert endpoints.pulsar_url == defaults.pulsar_url
-    assert endpoints.pulsar_admin_url == defaults.pulsar_admin_url
-    assert endpoints.zookeeper == defaults.zookeeper
-    assert endpoints.s3_endpoint == defaults.s3_endpoint
-    assert endpoints.offload_bucket == defaults.offload_bucket
+    for name, value in endpoints.as_env().items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(require=ENDPOINTS)  # refused if any endpoint were left out
+    fields = {*ENDPOINTS, "offload_bucket"}
+    assert settings.model_dump(include=fields) == endpoints.settings().model_dump(include=fields)
+    assert settings.s3_endpoint == endpoints.s3_endpoint and settings.zookeeper == endpoints.zookeeper
 
 
 def test_env_round_trips_through_settings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,10 @@
-"""A command whose optional extra is missing says which ``pip install`` to run, in one line."""
+"""Commands that cannot run here refuse to start, in one line that says what to do: a missing optional extra
+names the ``pip install`` to run, missing endpoints are each named with what they are."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import pytest
@@ -34,3 +37,28 @@ def test_with_the_extra_the_command_itself_runs() -> None:
     result = CliRunner().invoke(app, ["reconcile", "--min-age", "soon"])
     assert result.exit_code == 2
     assert "--min-age" in result.stderr and "extra" not in result.stderr
+
+
+def test_a_worker_without_its_endpoints_names_each_and_exits_2() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_DELETION_", "TEMPORAL_"))}
+    env["LEDGER_DELETION_PULSAR_URL"] = "pulsar://broker:6650"  # set, but not what this pool needs
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from ledger_deletion.cli import main; main()",
+            "worker",
+            "--pool",
+            "bookkeeper",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr == (
+        "error: missing settings: TEMPORAL_ADDRESS (Temporal frontend, host:port), LEDGER_DELETION_ZOOKEEPER "
+        "(ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]); "
+        'for the embedded stack run: eval "$(ledger-deletion stack env)"\n'
+    )

@@ -31,7 +31,6 @@ from workers.pools import RunningPools, run_pools
 
 ENDPOINT_FIELDS = {
     "temporal_address",
-    "temporal_ui_url",
     "pulsar_url",
     "pulsar_admin_url",
     "zookeeper",
@@ -69,7 +68,7 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         ack_schedule_to_start_seconds=15.0,
     )
     console.print(
-        f"Temporal {settings.temporal_address} (UI {settings.temporal_ui_url}), Pulsar {settings.pulsar_url}"
+        f"Temporal {settings.temporal_address} (UI {endpoints.temporal_ui_url}), Pulsar {settings.pulsar_url}"
     )
     console.print(
         f"ZooKeeper {settings.zookeeper}, S3 {settings.s3_endpoint}, admin {settings.pulsar_admin_url}"
@@ -122,7 +121,7 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         console.print(f"messages left unacked: {unacked}")
         query = quote(f'PulsarNamespace="{namespace}"')
         console.print(
-            f"\nInspect every workflow in the Temporal UI:\n  {settings.temporal_ui_url}/namespaces/"
+            f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
             f"{settings.temporal_namespace}/workflows?query={query}"
         )
         ok = not problems and not wrong and unacked == 0 and dead >= len(scenario.garbage)
