@@ -146,5 +146,6 @@ def bench_ports(base: int = 23000, server_metrics: bool = False) -> StackPorts:
         s3=base + 900,
         admin=base + 80,
         admin_owner=base + 81,
+        pulsar_metrics=base + 90,
         temporal_metrics=base + 235 if server_metrics else 0,
     )

@@ -41,6 +41,7 @@ FAULT_PORTS = StackPorts(
     s3=24900,
     admin=24080,
     admin_owner=24081,
+    pulsar_metrics=24090,
 )
 PROXY_PORT = 24901
 

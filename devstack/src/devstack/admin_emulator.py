@@ -6,13 +6,19 @@ No Pulsar broker can run here (pulsar-lite has no admin API), so this small Flas
 ``PersistentTopics`` endpoints (reference: ``pulsar-bk-internals.md`` §6), errors included: a topic without
 a managed ledger gets internal-info's bare 500 and the partitioned metadata's 404, as from a broker since
 2.8 (through 4.x). It plays two brokers: each topic is owned by ``brokers[crc32(full topic name) % 2]``, and
-the other broker answers ``internalStats`` with a 307 to the owner, as ``validateTopicOwnershipAsync`` does.
-Optional bearer-token auth on every request shows that a client keeps its token across that redirect.
+the other broker answers ``internalStats`` (and a topic's ``stats``) with a 307 to the owner, as
+``validateTopicOwnershipAsync`` does; ``/admin/v2/brokers/<cluster>`` lists both. Optional bearer-token
+auth on every request shows that a client keeps its token across that redirect.
 
 What a broker knows only in memory (counters, read positions, the open ledger) is derived from the stored
-metadata or left at neutral values. Dev/test tooling, not product code.
+metadata or left at neutral values, except where a test makes the owner's memory differ from the store
+(``devstack.broker_state``: a trim whose store write failed) or scripts the passing failures of a rolling
+restart. ``stats`` and ``partitioned-stats`` report the subscriptions pulsar-lite reports on its metrics
+endpoint (``--pulsar-metrics``): the deletion topics live there, not in ZooKeeper. Dev/test tooling, not
+product code.
 
-Run: ``python -m devstack.admin_emulator --zookeeper 127.0.0.1:12181 --port 18080 --owner-port 18081``.
+Run: ``python -m devstack.admin_emulator --zookeeper 127.0.0.1:12181 --port 18080 --owner-port 18081
+--pulsar-metrics http://127.0.0.1:18090/metrics``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import json
 import logging
 import re
 import signal
+import socket
+import struct
 import threading
 import zlib
 from collections.abc import Callable, Sequence
@@ -30,12 +38,21 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, quote_plus, unquote, unquote_plus, urlencode
 
+import httpx
 from cheroot.wsgi import Server as WSGIServer
 from flask import Flask, Response, jsonify, request
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from devstack.broker_state import (
+    CONTROL_PREFIX,
+    Fault,
+    OwnerMemory,
+    PartitionBacklog,
+    ScriptedFaults,
+    SubscriptionMetrics,
+)
 from ledger_deletion.adapters.zookeeper import kazoo_client
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
@@ -59,6 +76,7 @@ ACCEPT_BACKLOG = 1024
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"  # Compactor.COMPACTED_TOPIC_LEDGER_PROPERTY
 TOPIC_NOT_FOUND = {"reason": "Topic not found"}
+DEFAULT_CLUSTER = "standalone"  # the cluster name of a Pulsar standalone
 # TopicName.isTransactionInternalName: the transaction coordinator's log and the pending-ack stores are
 # managed ledgers a broker opens itself but refuses to load as topics.
 TRANSACTION_LOG_PREFIX = "persistent://pulsar/system/__transaction_log_"
@@ -316,6 +334,86 @@ def internal_stats_body(
     }
 
 
+def _subscription_stats(backlog: int, unacked: int) -> dict[str, Any]:
+    """``SubscriptionStatsImpl``: the backlog and unacked count pulsar-lite reports, neutral values for
+    the rates and times it does not."""
+    return {
+        "msgRateOut": 0.0,
+        "msgThroughputOut": 0.0,
+        "bytesOutCounter": 0,
+        "msgOutCounter": 0,
+        "msgRateRedeliver": 0.0,
+        "messageAckRate": 0.0,
+        "chunkedMessageRate": 0,
+        "msgBacklog": backlog,
+        "backlogSize": 0,
+        "earliestMsgPublishTimeInBacklog": 0,
+        "msgBacklogNoDelayed": backlog,
+        "blockedSubscriptionOnUnackedMsgs": False,
+        "msgDelayed": 0,
+        "unackedMessages": unacked,
+        "msgRateExpired": 0.0,
+        "totalMsgExpired": 0,
+        "lastExpireTimestamp": 0,
+        "lastConsumedFlowTimestamp": 0,
+        "lastConsumedTimestamp": 0,
+        "lastAckedTimestamp": 0,
+        "lastMarkDeleteAdvancedTimestamp": 0,
+        "consumers": [],
+        "isDurable": True,
+        "isReplicated": False,
+        "allowOutOfOrderDelivery": False,
+        "consumersAfterMarkDeletePosition": {},
+        "nonContiguousDeletedMessagesRanges": 0,
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "subscriptionProperties": {},
+    }
+
+
+def topic_stats_body(samples: Sequence[PartitionBacklog], owner: str) -> dict[str, Any]:
+    """``TopicStatsImpl`` as ``stats`` returns it; ``samples`` are this topic's (or summed partitions')
+    subscriptions. Subscriptions are summed as ``PartitionedTopicStatsImpl.add`` sums them."""
+    totals: dict[str, dict[str, int]] = {}
+    for sample in samples:
+        into = totals.setdefault(sample.subscription, {"msgBacklog": 0, "unackedMessages": 0})
+        for name in into:
+            into[name] += int(sample.fields.get(name, 0))
+    return {
+        "msgRateIn": 0.0,
+        "msgThroughputIn": 0.0,
+        "msgRateOut": 0.0,
+        "msgThroughputOut": 0.0,
+        "bytesInCounter": 0,
+        "msgInCounter": 0,
+        "bytesOutCounter": 0,
+        "msgOutCounter": 0,
+        "averageMsgSize": 0.0,
+        "msgChunkPublished": False,
+        "storageSize": 0,
+        "backlogSize": 0,
+        "earliestMsgPublishTimeInBacklogs": 0,
+        "offloadedStorageSize": 0,
+        "publishers": [],
+        "waitingPublishers": 0,
+        "subscriptions": {
+            name: _subscription_stats(t["msgBacklog"], t["unackedMessages"]) for name, t in totals.items()
+        },
+        "replication": {},
+        "deduplicationStatus": "Disabled",
+        "nonContiguousDeletedMessagesRanges": 0,
+        "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        "ownerBroker": owner,
+    }
+
+
+def partitioned_stats_body(
+    samples: Sequence[PartitionBacklog], partitions: int, owner: str
+) -> dict[str, Any]:
+    """``PartitionedTopicStatsImpl`` with ``perPartition=false``: the partitions' stats summed, the partition
+    count, no per-partition map."""
+    return {**topic_stats_body(samples, owner), "metadata": {"partitions": partitions}, "partitions": {}}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Reading the metadata store
 # ---------------------------------------------------------------------------------------------------------
@@ -464,6 +562,42 @@ def _parse_topic(raw_path: str) -> tuple[TopicRef, str] | None:
     return ref, segments[-1]
 
 
+@dataclass
+class BrokerState:
+    """What both emulated brokers of one emulator share besides ZooKeeper (``devstack.broker_state``)."""
+
+    memory: OwnerMemory
+    faults: ScriptedFaults
+    backlogs: SubscriptionMetrics | None = None  # None: no pulsar-lite metrics endpoint to read
+    cluster: str = DEFAULT_CLUSTER
+
+
+def _drop_connection() -> Response:
+    """Close the client's connection before answering, as a broker that dies mid-request does.
+
+    cheroot keeps the socket inside ``wsgi.input``; it is shut down (with a zero linger, so the close that
+    cheroot does next resets it) and left for cheroot to close, which it then does without a reply.
+    """
+    sock = _socket_of(request.environ.get("wsgi.input"))
+    if sock is None:  # another WSGI server: the nearest thing is an answer without a body
+        return Response(status=502)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.shutdown(socket.SHUT_RDWR)
+    return Response(status=500)  # written to a closed socket: never arrives
+
+
+def _socket_of(stream: object, depth: int = 0) -> socket.socket | None:
+    if isinstance(stream, socket.socket):
+        return stream
+    if stream is None or depth > 6:
+        return None
+    for name in ("rfile", "raw", "_sock"):
+        found = _socket_of(getattr(stream, name, None), depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def create_app(
     zk: KazooClient,
     *,
@@ -471,10 +605,12 @@ def create_app(
     index: int,
     token: str | None = None,
     ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+    state: BrokerState | None = None,
 ) -> Flask:
     """One emulated broker; ``broker_urls[index]`` is its own base URL (the list may be filled later)."""
     app = Flask(f"pulsar-admin-emulator-{index}")
     reader = MetadataReader(zk, ledgers_root)
+    shared = state or BrokerState(OwnerMemory(), ScriptedFaults())
 
     @app.before_request
     def authenticate() -> Response | None:
@@ -503,15 +639,36 @@ def create_app(
             return _error(503, "not connected to ZooKeeper")
         return jsonify({"status": "ok", "broker": broker_urls[index]})
 
-    def topic_route(handler: Callable[[TopicRef], Response]) -> Callable[..., Response]:
+    def scripted(topic: TopicRef, endpoint: str) -> Response | None:
+        fault = shared.faults.take(topic.full_name, endpoint)
+        if fault is None:
+            return None
+        if fault.drop_connection:
+            return _drop_connection()
+        if fault.location:
+            return Response(status=307, headers={"Location": fault.location})
+        # validateTopicOwnershipAsync while no broker's web service URL is known for the bundle.
+        return _error(fault.status, fault.reason or f"Failed to find ownership for topic:{topic.topic_name}")
+
+    def topic_route(handler: Callable[[TopicRef], Response], endpoint: str) -> Callable[..., Response]:
         def view(**_: str) -> Response:
             parsed = _parse_topic(_raw_path())
             if parsed is None:
-                return _error(412, "Invalid topic name")
-            return handler(parsed[0])
+                return _error(412, "Topic name is not valid")  # AdminResource.validateTopicName
+            return scripted(parsed[0], endpoint) or handler(parsed[0])
 
         view.__name__ = handler.__name__
         return view
+
+    def redirect_to_owner(topic: TopicRef) -> Response | None:
+        """validateTopicOwnershipAsync: the other broker's URL, same path and query, authoritative."""
+        owner = owner_index(topic.full_name, len(broker_urls))
+        if owner == index:
+            return None
+        query = request.args.to_dict(flat=True)
+        query["authoritative"] = "true"
+        location = f"{broker_urls[owner]}{_raw_path()}?{urlencode(query)}"
+        return Response(status=307, headers={"Location": location})
 
     def partitions(topic: TopicRef) -> Response:
         count = reader.partitions(topic)
@@ -547,14 +704,8 @@ def create_app(
         return jsonify(internal_info_body(ml, reader.cursors(topic)))
 
     def internal_stats(topic: TopicRef) -> Response:
-        owner = owner_index(topic.full_name, len(broker_urls))
-        if owner != index:
-            # validateTopicOwnershipAsync: redirect to the owner's URL, same path and query, authoritative.
-            query = request.args.to_dict(flat=True)
-            query["authoritative"] = "true"
-            location = f"{broker_urls[owner]}{_raw_path()}?{urlencode(query)}"
-            response = Response(status=307, headers={"Location": location})
-            return response
+        if (redirect := redirect_to_owner(topic)) is not None:
+            return redirect
         name = topic.topic_name
         if name.startswith(TRANSACTION_LOG_PREFIX) or name.endswith(PENDING_ACK_STORE_SUFFIX):
             # getTopicReferenceAsync loads the topic; BrokerService.createPersistentTopic0 refuses with
@@ -563,23 +714,128 @@ def create_app(
         ml = reader.managed_ledger(topic)
         if ml is None:
             return _error(404, TOPIC_NOT_FOUND["reason"])
+        # PersistentTopic#getInternalStats lists ManagedLedgerImpl's in-memory ledgers, which a trim whose
+        # store write failed left different from the store (OwnerMemory).
+        remembered = shared.memory.view(topic.full_name)
+        if remembered is not None:
+            ml = LedgerRecord(remembered, ml.version, ml.ctime, ml.mtime)
         cursors = reader.cursors(topic)
         body = internal_stats_body(
             ml, cursors, reader.schema_ledgers(topic), reader.compacted_ledger(cursors)
         )
         return jsonify(body)
 
+    def subscriptions_of(topic: TopicRef) -> list[PartitionBacklog] | Response:
+        if shared.backlogs is None:
+            return _error(503, "this emulator reads no pulsar-lite metrics endpoint (--pulsar-metrics)")
+        try:
+            return shared.backlogs.of(topic.namespace, unquote_plus(topic.local))
+        except httpx.HTTPError as exc:
+            return _error(503, f"pulsar-lite metrics unavailable: {type(exc).__name__}")
+
+    def own_address() -> str:
+        return broker_urls[index].split("://", 1)[-1]
+
+    def stats(topic: TopicRef) -> Response:
+        """PersistentTopicsBase.internalGetStatsAsync: the owner's stats of one partition or topic."""
+        if (redirect := redirect_to_owner(topic)) is not None:
+            return redirect
+        base, separator, number = topic.local.rpartition("-partition-")
+        if separator and number.isdigit():
+            found = subscriptions_of(TopicRef(topic.namespace, base))
+            wanted = int(number)
+        else:
+            found, wanted = subscriptions_of(topic), -1
+        if isinstance(found, Response):
+            return found
+        samples = [s for s in found if s.partition == wanted]
+        if not samples:
+            return _error(404, f"Topic {topic.topic_name} not found")
+        return jsonify(topic_stats_body(samples, own_address()))
+
+    def partitioned_stats(topic: TopicRef) -> Response:
+        """internalGetPartitionedStats: any broker sums the partitions' stats; a topic without partitions is
+        Pulsar's 404. pulsar-lite's topics have no partitioned metadata in ZooKeeper: the partitions it
+        reports are the topic's."""
+        found = subscriptions_of(topic)
+        if isinstance(found, Response):
+            return found
+        partitioned = [s for s in found if s.partition >= 0]
+        if not partitioned:
+            return _error(404, f"Partitioned Topic not found: {topic.topic_name} does not exist")
+        count = max(s.partition for s in partitioned) + 1
+        return jsonify(partitioned_stats_body(partitioned, count, own_address()))
+
     for prefix in (
         "/admin/v2/persistent/<tenant>/<namespace>/<topic>",
         "/admin/persistent/<tenant>/<cluster>/<namespace>/<topic>",
     ):
-        app.add_url_rule(f"{prefix}/partitions", view_func=topic_route(partitions), endpoint=f"{prefix}:p")
-        app.add_url_rule(
-            f"{prefix}/internal-info", view_func=topic_route(internal_info), endpoint=f"{prefix}:i"
+        for endpoint, handler in (
+            ("partitions", partitions),
+            ("internal-info", internal_info),
+            ("internalStats", internal_stats),
+            ("stats", stats),
+            ("partitioned-stats", partitioned_stats),
+        ):
+            app.add_url_rule(
+                f"{prefix}/{endpoint}",
+                view_func=topic_route(handler, endpoint),
+                endpoint=f"{prefix}:{endpoint}",
+            )
+
+    @app.get("/admin/v2/brokers/<cluster>")
+    def active_brokers(cluster: str) -> Response:
+        """BrokersBase.getActiveBrokers: the web service addresses (host:port) of the cluster's brokers. A
+        broker without authorization takes any cluster name (PulsarWebResource.isValidCluster); with it,
+        another cluster's name is redirected there, or 404 when the cluster is unknown (as here)."""
+        if token is not None and cluster != shared.cluster:
+            return _error(404, f"Cluster does not exist: cluster={cluster}")
+        return jsonify(sorted(url.split("://", 1)[-1] for url in broker_urls))
+
+    # --- test hooks (not Pulsar's API) ------------------------------------------------------------------
+
+    def hook_topic() -> TopicRef:
+        name = str((request.get_json(silent=True) or {}).get("topic") or request.args.get("topic", ""))
+        *namespace, local = name.removeprefix("persistent://").split("/")
+        return TopicRef("/".join(namespace), local)
+
+    @app.post(f"{CONTROL_PREFIX}/owner-memory")
+    def diverge_memory() -> Response:
+        body = request.get_json(force=True)
+        topic = hook_topic()
+        ml = reader.managed_ledger(topic)
+        if ml is None:
+            return _error(404, f"no managed ledger for {topic.full_name}")
+        view = shared.memory.diverge(
+            topic.full_name,
+            ml.info,
+            dropped=[int(i) for i in body.get("dropped", [])],
+            bookkeeper_deleted=[int(i) for i in body.get("bookkeeper_deleted", [])],
         )
-        app.add_url_rule(
-            f"{prefix}/internalStats", view_func=topic_route(internal_stats), endpoint=f"{prefix}:s"
+        return jsonify({"ledgers": [li.ledgerId for li in view.ledgerInfo]})
+
+    @app.delete(f"{CONTROL_PREFIX}/owner-memory")
+    def reload_topic() -> Response:
+        return jsonify({"reloaded": shared.memory.reload(hook_topic().full_name)})
+
+    @app.post(f"{CONTROL_PREFIX}/faults")
+    def add_fault() -> Response:
+        body = request.get_json(force=True)
+        fault = Fault(
+            endpoint=str(body.get("endpoint", "*")),
+            times=int(body.get("times", 1)),
+            status=int(body.get("status", 412)),
+            reason=str(body.get("reason", "")),
+            location=str(body.get("location", "")),
+            drop_connection=bool(body.get("drop_connection", False)),
         )
+        shared.faults.add(hook_topic().full_name, fault)
+        return jsonify(fault.as_json())
+
+    @app.delete(f"{CONTROL_PREFIX}/faults")
+    def clear_faults() -> Response:
+        return jsonify({"unserved": shared.faults.clear(hook_topic().full_name)})
+
     return app
 
 
@@ -598,6 +854,8 @@ class AdminEmulator:
         owner_port: int = 18081,
         token: str | None = None,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
+        pulsar_metrics: str | None = None,
+        cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         # Retry the connection forever: the stack starts ZooKeeper and the emulator at the same time, and
         # /health reports 503 until the session is up.
@@ -606,13 +864,27 @@ class AdminEmulator:
         self._servers: list[WSGIServer] = []
         self._threads: list[threading.Thread] = []
         self._spec = (host, (port, owner_port), token, ledgers_root)
+        # One memory and one fault script for both brokers: a test sets them through either.
+        self.state = BrokerState(
+            OwnerMemory(),
+            ScriptedFaults(),
+            SubscriptionMetrics(pulsar_metrics) if pulsar_metrics else None,
+            cluster,
+        )
 
     def start(self) -> AdminEmulator:
         host, ports, token, ledgers_root = self._spec
         self.zk.start_async()
         urls: list[str] = []  # filled below, after binding: with port 0 the URLs are known only then
         for index, port in enumerate(ports):
-            app = create_app(self.zk, broker_urls=urls, index=index, token=token, ledgers_root=ledgers_root)
+            app = create_app(
+                self.zk,
+                broker_urls=urls,
+                index=index,
+                token=token,
+                ledgers_root=ledgers_root,
+                state=self.state,
+            )
             # cheroot, not werkzeug's development server: that one closes the connection after every
             # response, which a broker (Jetty) does not, and the reconnects cost both sides CPU.
             server = WSGIServer(
@@ -655,6 +927,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--token", default=None, help="require 'Authorization: Bearer <token>' on every request"
     )
     parser.add_argument("--ledgers-root", default=DEFAULT_LEDGERS_ROOT, help="BookKeeper ledgers root")
+    parser.add_argument(
+        "--pulsar-metrics", default=None, help="pulsar-lite's /metrics URL, for topic and partitioned stats"
+    )
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="the cluster name the brokers belong to")
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -672,6 +948,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         owner_port=args.owner_port,
         token=args.token,
         ledgers_root=args.ledgers_root,
+        pulsar_metrics=args.pulsar_metrics,
+        cluster=args.cluster,
     ).start()
     log.info("admin emulator serving %s (ZooKeeper %s)", ", ".join(emulator.urls), args.zookeeper)
     stop.wait()

@@ -427,6 +427,7 @@ def soak_ports() -> Any:
         s3=25900,
         admin=25080,
         admin_owner=25081,
+        pulsar_metrics=25090,
     )
 
 

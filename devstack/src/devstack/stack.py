@@ -4,9 +4,8 @@
 pulsar-lite, a moto S3 server and the Pulsar admin emulator, each as a detached process (its own session, so
 it outlives the caller) with a pid file under ``<state_dir>/run/``, a log under ``<state_dir>/logs/`` and its
 data under ``<state_dir>/data/``. ``up`` is idempotent: a service that is already running and healthy is left
-alone, so tests, the demo and the CLI can all call it and share one stack. The service's settings have no
-endpoint defaults: :meth:`StackEndpoints.settings` and :meth:`StackEndpoints.as_env` (``ledger-deletion stack
-env``) point it at the stack.
+alone, so tests, the demo and the CLI can all call it and share one stack. The default ports are exactly the
+defaults of :class:`ledger_deletion.settings.Settings`, so nothing needs configuring to use the stack.
 
 Dev/test tooling, not product code.
 """
@@ -83,7 +82,7 @@ class StackError(RuntimeError):
 
 @dataclass(frozen=True)
 class StackPorts:
-    """Loopback ports of the stack; the defaults are those of the stack ``ledger-deletion stack up`` runs."""
+    """Loopback ports of the stack. The defaults are the defaults of ``ledger_deletion.settings``."""
 
     temporal: int = 17233
     temporal_ui: int = 18233
@@ -92,6 +91,9 @@ class StackPorts:
     s3: int = 19000
     admin: int = 18080  # broker "A": the configured admin URL
     admin_owner: int = 18081  # broker "B": owner of about half of the topics, reached through 307s
+    # pulsar-lite's Prometheus endpoint: the admin emulator answers topic stats (subscription backlogs)
+    # from it.
+    pulsar_metrics: int = 18090
     # The Temporal server's Prometheus endpoint; 0 leaves it off, as recording every metric costs the server
     # CPU (the benchmark's --server-metrics turns it on to count the server's work).
     temporal_metrics: int = 0
@@ -128,6 +130,7 @@ class StackEndpoints:
 
         return Settings(
             temporal_address=self.temporal_address,
+            temporal_ui_url=self.temporal_ui_url,
             pulsar_url=self.pulsar_url,
             pulsar_admin_url=self.pulsar_admin_url,
             zookeeper=self.zookeeper,
@@ -139,6 +142,7 @@ class StackEndpoints:
         """The environment that points the service (``ledger_deletion.settings``) at this stack."""
         return {
             "TEMPORAL_ADDRESS": self.temporal_address,
+            "LEDGER_DELETION_TEMPORAL_UI_URL": self.temporal_ui_url,
             "LEDGER_DELETION_PULSAR_URL": self.pulsar_url,
             "LEDGER_DELETION_PULSAR_ADMIN_URL": self.pulsar_admin_url,
             "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
@@ -386,7 +390,7 @@ class Stack:
                 "warn",
             ],
             markers=("--db-path", str(data / "pulsar")),
-            ports=(p.pulsar,),
+            ports=(p.pulsar, p.pulsar_metrics),
             healthy=lambda: _pulsar_healthy(ep.pulsar_url, self.log_file("pulsar-client")),
             ready=lambda: _ensure_deletion_topic(ep.pulsar_url, self.log_file("pulsar-client")),
             files={
@@ -398,7 +402,8 @@ class Stack:
                         f"default_partitions = {DEFAULT_PARTITIONS}",
                         "",
                         "[metrics]",
-                        "enabled = false  # its endpoint would bind 0.0.0.0:8080",
+                        "enabled = true",
+                        f'addr = "{HOST}:{p.pulsar_metrics}"  # its default binds 0.0.0.0:8080',
                         "",
                     ]
                 )
@@ -436,6 +441,8 @@ class Stack:
                 str(p.admin),
                 "--owner-port",
                 str(p.admin_owner),
+                "--pulsar-metrics",
+                f"http://{HOST}:{p.pulsar_metrics}/metrics",
             ],
             markers=("devstack.admin_emulator", str(p.admin)),
             ports=(p.admin, p.admin_owner),
