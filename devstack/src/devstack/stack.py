@@ -4,8 +4,9 @@
 pulsar-lite, a moto S3 server and the Pulsar admin emulator, each as a detached process (its own session, so
 it outlives the caller) with a pid file under ``<state_dir>/run/``, a log under ``<state_dir>/logs/`` and its
 data under ``<state_dir>/data/``. ``up`` is idempotent: a service that is already running and healthy is left
-alone, so tests, the demo and the CLI can all call it and share one stack. The default ports are exactly the
-defaults of :class:`ledger_deletion.settings.Settings`, so nothing needs configuring to use the stack.
+alone, so tests, the demo and the CLI can all call it and share one stack. The service's settings have no
+endpoint defaults: :meth:`StackEndpoints.settings` and :meth:`StackEndpoints.as_env` (``ledger-deletion stack
+env``) point it at the stack.
 
 Dev/test tooling, not product code.
 """
@@ -82,7 +83,7 @@ class StackError(RuntimeError):
 
 @dataclass(frozen=True)
 class StackPorts:
-    """Loopback ports of the stack. The defaults are the defaults of ``ledger_deletion.settings``."""
+    """Loopback ports of the stack; the defaults are those of the stack ``ledger-deletion stack up`` runs."""
 
     temporal: int = 17233
     temporal_ui: int = 18233
@@ -130,7 +131,6 @@ class StackEndpoints:
 
         return Settings(
             temporal_address=self.temporal_address,
-            temporal_ui_url=self.temporal_ui_url,
             pulsar_url=self.pulsar_url,
             pulsar_admin_url=self.pulsar_admin_url,
             zookeeper=self.zookeeper,
@@ -142,7 +142,6 @@ class StackEndpoints:
         """The environment that points the service (``ledger_deletion.settings``) at this stack."""
         return {
             "TEMPORAL_ADDRESS": self.temporal_address,
-            "LEDGER_DELETION_TEMPORAL_UI_URL": self.temporal_ui_url,
             "LEDGER_DELETION_PULSAR_URL": self.pulsar_url,
             "LEDGER_DELETION_PULSAR_ADMIN_URL": self.pulsar_admin_url,
             "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
