@@ -1,26 +1,33 @@
-"""Throughput benchmark: the deletion service (A) against the PIP-186 consumer (B).
+"""What a deletion costs: the deletion service (A) against a PIP-186 consumer without Temporal (B).
 
-    python bench/benchmark.py --n 1000
+    python bench/benchmark.py --n 500 --quick      # a few minutes
+    python bench/benchmark.py --n 1000             # the full run, B's fault phase at PIP-186's 600 s delay
 
-One run on the embedded stack (its own ports and state dir, so tests sharing the default stack are not
-disturbed, and their load does not land on our Temporal server):
+The headline is counts, which do not scatter: per ledger and per shape of deletion (``bench/mix.py``), what
+A's workflow runs cost in Temporal, read from their histories after the run (``bench/histories.py``: events,
+workflow tasks, activity tasks, markers, timers, signals, Temporal Cloud actions, state transitions, history
+bytes), and how often B's messages were delivered. Then CPU per message of every process (each pool, the
+Temporal server, every stand-in of the Pulsar cluster; B and the same stand-ins), read from /proc, each also
+as a share of B's whole. Throughput and latency are printed too, but depend on the machine and its load.
 
-* **A, max rate** — seeds N requests of a realistic mix (``bench/mix.py``), starts each pool as its own
-  ``ledger-deletion worker --pool X`` process, publishes the N requests and waits until every workflow closed
-  (a workflow closes only after it acked its messages). Deletions/s from first publish to last close; history
-  events per deletion from the workflows' history lengths; CPU seconds and peak RSS (VmHWM) per process from
-  /proc, the stack's servers included.
-* **A, half rate** — another set published at half the measured maximum rate: p50/p95/p99 publish → close
-  (= ack) latency, in-use requests (which wait out their grace timer by design) left out.
+One run on an embedded stack of its own (ports 23xxx and a state dir of its own, so that tests sharing the
+default stack neither disturb it nor are disturbed), on empty databases:
+
+* **A** — seeds N requests of the mix, starts each pool as its own ``ledger-deletion worker --pool X``
+  process, publishes the N requests at once and waits until every workflow closed (a workflow closes only
+  after it acked its messages); then reads every run's history. The mix's late requests arrive before the
+  broker's metadata update: the benchmark makes that update once the workflow waits out its in-use grace.
+* **A, half rate** — another set published at half A's rate: p50/p95/p99 publish → close (= ack) latency,
+  the requests that wait out a grace timer by design left out.
 * **B** — ``bench/pip186_consumer.py`` in its own process on the same mix.
 * **faults** — A and B again with ``--fault-rate`` (20 %) transient failures injected in the delete steps
-  (``bench/faults.py``, pools started through ``bench/worker.py``): time to drain. A retries the failed step
+  (``bench/faults.py``; the pools run through ``bench/worker.py``): time to drain. A retries the failed step
   (1, 2, 4 … s); B reconsumes the whole message after ``--reconsume-seconds`` (PIP-186's default 600 s, so
-  this phase alone takes ~40 minutes; ``--reconsume-seconds 1`` for a quick run).
+  this phase alone takes ~40 minutes).
 
-The results (the table, every raw number, the processes' logs) are written outside the repository, to
-``--out`` or ``$XDG_STATE_HOME/ledger-deletion/bench/<utc time>/``; the benchmark prints where. This is not a
-test: numbers depend on the machine and on what else runs.
+``--quick`` leaves out the half-rate phase and reconsumes B's failed messages after 1 s. The results (the
+table, every raw number, the processes' logs) are written outside the repository, to ``--out`` or
+``$XDG_STATE_HOME/ledger-deletion/bench/<utc time>/``; the benchmark prints where.
 """
 
 from __future__ import annotations
@@ -62,8 +69,7 @@ def parse_replicas(text: str) -> dict[str, int]:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     stack = Stack(args.state_dir, bench_ports(args.port_base, args.server_metrics))
     if not args.keep_state:
-        # Every run on an empty Temporal database: a database grown by earlier runs makes each write dearer
-        # and the numbers drift from run to run.
+        # Every run on an empty Temporal database: a database grown by earlier runs makes each write dearer.
         stack.down()
         shutil.rmtree(args.state_dir / "data", ignore_errors=True)
     endpoints = stack.up()
@@ -82,30 +88,30 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "n": args.n,
         "run_id": run_id,
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "temporal_address": endpoints.temporal_address,
         "load_before": load_average(),
         "replicas": args.replicas,
         "inflight": args.inflight,
         "settings": args.set,
         "fault_rate": args.fault_rate,
         "reconsume_seconds": args.reconsume_seconds,
+        "task_queues": {},
     }
     n = args.n
 
     def seeded(phase: str, count: int) -> Seeded:
         began = time.monotonic()
         out = seed(cluster, f"bench-{run_id}/{phase}", count)
-        print(
-            f"seeded {phase}: {count} requests {dict(out.kinds())} in {time.monotonic() - began:.1f} s",
-            flush=True,
-        )
+        report["task_queues"][phase] = run.settings(phase).task_queue("workflow")
+        print(f"seeded {phase}: {count} requests in {time.monotonic() - began:.1f} s", flush=True)
         return out
 
     replicas = parse_replicas(args.replicas)
     a = await run_a(
-        run, "a", seeded("a", n), replicas=replicas, stack_procs=stack_procs, sample_histories=args.histories
+        run, "a", seeded("a", n), replicas=replicas, stack_procs=stack_procs, count_histories=True
     )
     report["A"] = asdict(a)
-    print(f"A: {a.rate:.1f} deletions/s over {a.seconds:.1f} s", flush=True)
+    print(f"A: {a.rate:.1f} messages/s over {a.seconds:.1f} s", flush=True)
 
     if not args.skip_half:
         rate = a.rate / 2
@@ -115,12 +121,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"A at {rate:.1f}/s: p99 {half.p99_ms:.0f} ms", flush=True)
 
     if not args.skip_b:
-        b = run_b(run, "b", seeded("b", n), reconsume_seconds=args.reconsume_seconds)
+        b = run_b(run, "b", seeded("b", n), reconsume_seconds=args.reconsume_seconds, stack_procs=stack_procs)
         report["B"] = asdict(b)
-        print(f"B: {b.rate:.1f} deletions/s", flush=True)
+        print(f"B: {b.rate:.1f} messages/s", flush=True)
 
     if args.fault_rate > 0 and not args.skip_faults:
-        fa = await run_a(run, "fa", seeded("fa", n), replicas=replicas, fault_rate=args.fault_rate)
+        fa = await run_a(
+            run, "fa", seeded("fa", n), replicas=replicas, fault_rate=args.fault_rate, count_histories=True
+        )
         report["A_faults"] = asdict(fa)
         print(f"A with faults: drained in {fa.seconds:.1f} s", flush=True)
         if not args.skip_b:
@@ -155,9 +163,14 @@ def default_out() -> Path:
     return Path(state) / "ledger-deletion" / "bench" / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=1000, help="requests per run")
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=1000, help="requests (messages) per phase")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="no half-rate phase, B's failed messages reconsumed after 1 s (a CI-size run with --n 200)",
+    )
     parser.add_argument(
         "--out",
         type=Path,
@@ -176,8 +189,9 @@ def main() -> None:
     parser.add_argument(
         "--reconsume-seconds",
         type=float,
-        default=600.0,
-        help="B's reconsumeLater delay (PIP-186's default, 600 s; the fault phase then takes ~40 min)",
+        default=None,
+        help="B's reconsumeLater delay (default PIP-186's 600 s, the fault phase then takes ~40 min; "
+        "1 with --quick)",
     )
     parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
     parser.add_argument("--inflight", type=int, default=100, help="the ingest's max in-flight messages")
@@ -191,11 +205,10 @@ def main() -> None:
         default=2000,
         help="ledgers and objects checked in ZooKeeper/S3 after each phase (0: every one)",
     )
-    parser.add_argument("--histories", type=int, default=200, help="histories to read for the event mix")
     parser.add_argument(
         "--server-metrics",
         action="store_true",
-        help="turn on the Temporal server's Prometheus endpoint and print what it did per deletion "
+        help="turn on the Temporal server's Prometheus endpoint and print what it did per message "
         "(persistence requests, queue tasks, service requests); off by default, as it costs the server CPU",
     )
     parser.add_argument(
@@ -204,7 +217,16 @@ def main() -> None:
     parser.add_argument("--skip-b", action="store_true")
     parser.add_argument("--skip-half", action="store_true")
     parser.add_argument("--skip-faults", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.skip_half = True
+    if args.reconsume_seconds is None:
+        args.reconsume_seconds = 1.0 if args.quick else 600.0
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     args.out = (args.out or default_out()).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"results in {args.out}", flush=True)

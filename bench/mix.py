@@ -1,25 +1,33 @@
-"""Seeding a realistic mix of orphaned (and not orphaned) ledgers for the throughput benchmark.
+"""Seeding a realistic mix of orphaned (and not orphaned) ledgers for the benchmark.
 
-Per simulated topic (20 requests), the way brokers trim in production:
+Per simulated topic, the way brokers trim in production (22 requests for a topic that exists):
 
-* 12 data ledgers trimmed off a topic (``MANAGED_LEDGER``/``LEDGER``) → DELETED
+* 12 data ledgers trimmed off the topic (``MANAGED_LEDGER``/``LEDGER``) → DELETED
 * 1 offloaded ledger whose BK copy still exists: two requests (``LEDGER`` + ``OFFLOAD_LEDGER``) → DELETED
 * 1 offloaded ledger whose BK copy is gone (``bookkeeperDeleted``): one ``OFFLOAD_LEDGER`` request → DELETED
 * 1 old cursor ledger (the cursor moved to a new ledger) → DELETED
 * 1 old schema ledger (a schema version was dropped) → DELETED
 * 1 in use: the request was sent but the metadata update failed → SKIPPED_IN_USE (ledger kept)
+* 1 late: the request arrives before the broker's metadata update, which lands while the deleter waits out
+  its in-use grace (:class:`LateTrims` does the update) → DELETED after one grace timer
+* 1 duplicate: the same request sent twice (the broker retried the send) → DELETED once
 * 1 forged: another topic's live ledger claimed by this one → SKIPPED_METADATA_MISMATCH (kept)
 * 1 forged: a ledger of another BookKeeper application → SKIPPED_NOT_PULSAR (kept)
 
 Every fourth topic is then deleted half-way (metadata gone, storage left), so its requests skip the owner
-broker, as for a deleted topic in production. Ledger ids are fresh per seeding (ZooKeeper idgen sequence
-times 10^6), so runs on the same stack never share ledgers.
+broker, as for a deleted topic in production; such a topic has no late or duplicate request (20 requests).
+Ledger ids are fresh per seeding (ZooKeeper idgen sequence times 10^6), so runs on the same stack never share
+ledgers.
+
+Each request belongs to one *shape*: the path a deletion takes, the rows of the benchmark's count table.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -27,15 +35,49 @@ from devstack.cluster import SimulatedCluster
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 
-PER_TOPIC = 20
 _T = TypeVar("_T")
+
+# The shapes, in the order the table lists them.
+BK = "BK ledger, topic exists: deleted"
+BK_TOPIC_GONE = "BK ledger, topic gone: deleted"
+CURSOR = "cursor ledger: deleted"
+SCHEMA = "schema ledger: deleted"
+OFFLOADED = "offloaded copy, topic exists: deleted"
+OFFLOADED_TOPIC_GONE = "offloaded copy, topic gone: deleted"
+LATE = "in use, released in the grace: deleted"
+DUPLICATE = "duplicate message: deleted once"
+IN_USE = "in use through the grace: kept"
+MISMATCH = "metadata mismatch: kept"
+NOT_PULSAR = "not Pulsar's ledger: kept"
+SHAPES = (
+    BK,
+    BK_TOPIC_GONE,
+    CURSOR,
+    SCHEMA,
+    OFFLOADED,
+    OFFLOADED_TOPIC_GONE,
+    LATE,
+    DUPLICATE,
+    IN_USE,
+    MISMATCH,
+    NOT_PULSAR,
+)
+# Requests that wait out a grace timer by design: left out of the latency percentiles.
+WAITING_SHAPES = (LATE, IN_USE)
 
 
 @dataclass(frozen=True)
 class Expected:
+    """One request (one message) and what the service must do with it."""
+
     request: PendingDeleteLedgerInfo
     outcome: Outcome
-    kind: str  # data | offload-bk | offload | cursor | schema | in-use | forged
+    shape: str
+    objects: tuple[tuple[str, str], ...] = ()  # an offload request's objects (bucket, key)
+
+    @property
+    def workflow_id(self) -> str:
+        return self.request.workflow_id
 
 
 @dataclass
@@ -44,30 +86,42 @@ class Seeded:
 
     namespace: str
     items: list[Expected] = field(default_factory=list)
-    ledgers_deleted: set[int] = field(default_factory=set)
-    ledgers_kept: set[int] = field(default_factory=set)
-    objects_deleted: list[tuple[str, str]] = field(default_factory=list)
+    never_requested: set[int] = field(default_factory=set)  # live ledgers nothing asked to delete
+    late: dict[str, tuple[str, int]] = field(default_factory=dict)  # workflow id → (topic, ledger id)
 
     @property
     def requests(self) -> list[PendingDeleteLedgerInfo]:
         return [item.request for item in self.items]
 
-    def kinds(self) -> Counter[str]:
-        return Counter(item.kind for item in self.items)
+    def shapes(self) -> Counter[str]:
+        return Counter(item.shape for item in self.items)
+
+    def by_ledger(self) -> dict[str, Expected]:
+        """One item per workflow id (ledger type and id): a duplicate's two messages are one ledger."""
+        return {item.workflow_id: item for item in self.items}
 
     def check_storage(self, cluster: SimulatedCluster, sample: int = 0) -> list[str]:
         """What differs from the expected end state (all of it, or an evenly spread sample)."""
-
-        deleted, kept = (
-            _spread(sorted(self.ledgers_deleted), sample),
-            _spread(sorted(self.ledgers_kept), sample),
-        )
-        problems = [f"ledger {i} still exists" for i in deleted if cluster.ledger_exists(i)]
-        problems += [f"ledger {i} was deleted" for i in kept if not cluster.ledger_exists(i)]
+        gone, kept = set[int](), set(self.never_requested)
+        objects = set[tuple[str, str]]()
+        for item in self.by_ledger().values():
+            if item.request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+                if item.outcome is Outcome.DELETED:
+                    objects.update(item.objects)
+            elif item.outcome is Outcome.DELETED:
+                gone.add(item.request.ledger_id)
+            else:
+                kept.add(item.request.ledger_id)
+        problems = [
+            f"ledger {i} still exists" for i in _spread(sorted(gone), sample) if cluster.ledger_exists(i)
+        ]
         problems += [
-            f"s3://{b}/{k} still exists"
-            for b, k in _spread(self.objects_deleted, sample)
-            if cluster.object_exists(k, b)
+            f"ledger {i} was deleted" for i in _spread(sorted(kept), sample) if not cluster.ledger_exists(i)
+        ]
+        problems += [
+            f"s3://{bucket}/{key} still exists"
+            for bucket, key in _spread(sorted(objects), sample)
+            if cluster.object_exists(key, bucket)
         ]
         return problems
 
@@ -93,24 +147,32 @@ def seed(cluster: SimulatedCluster, namespace: str, count: int) -> Seeded:
     """Write enough topics for ``count`` requests (the mark phase's metadata updates included)."""
     out = Seeded(namespace)
     ids = _Ids(cluster)
-    for index in _topics(count):
+    index = 0
+    while len(out.items) < count:
         _seed_topic(cluster, out, ids, f"{namespace}/t{index}", deleted=index % 4 == 3)
+        index += 1
     del out.items[count:]
+    # The last topic may be cut short: a duplicate without its second message is an ordinary request, and a
+    # late request cut off needs no update (its ledger stays listed, as the broker's own would).
+    messages = Counter(item.workflow_id for item in out.items)
+    out.items = [
+        dataclasses.replace(item, shape=BK)
+        if item.shape == DUPLICATE and messages[item.workflow_id] < 2
+        else item
+        for item in out.items
+    ]
+    out.late = {w: late for w, late in out.late.items() if w in messages}
     return out
-
-
-def _topics(count: int) -> Iterator[int]:
-    topics = -(-count // PER_TOPIC)
-    yield from range(topics)
 
 
 def _seed_topic(cluster: SimulatedCluster, out: Seeded, ids: _Ids, topic: str, *, deleted: bool) -> None:
     data = ids.take(12)
-    off_bk, off_only, in_use, live, live2 = ids.take(5)
+    off_bk, off_only, in_use, late, duplicate, live, live2 = ids.take(7)
     c_old, c_live, s_old, s_live, foreign = ids.take(5)
+    trimmed = [*data, off_bk, off_only] + ([] if deleted else [duplicate])
     cluster.create_topic(
         topic,
-        [*data, off_bk, off_only, in_use, live, live2],
+        [*trimmed, in_use, late, live, live2],
         offloaded={off_bk, off_only},
         bookkeeper_deleted={off_only},
     )
@@ -119,35 +181,48 @@ def _seed_topic(cluster: SimulatedCluster, out: Seeded, ids: _Ids, topic: str, *
     cluster.add_schema(topic, [s_old, s_live])
     cluster.add_schema(topic, [s_live])  # a schema version was dropped: s_old is an orphan
     cluster.add_foreign_ledger(foreign, application="distributedlog")
-    keys = cluster.offload_keys(topic, off_bk) + cluster.offload_keys(topic, off_only)
+    bk, offloaded = (BK_TOPIC_GONE, OFFLOADED_TOPIC_GONE) if deleted else (BK, OFFLOADED)
 
-    def add(request: PendingDeleteLedgerInfo, outcome: Outcome, kind: str) -> None:
-        out.items.append(Expected(request, outcome, kind))
+    def add(request: PendingDeleteLedgerInfo, outcome: Outcome, shape: str) -> None:
+        objects: tuple[tuple[str, str], ...] = ()
+        if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+            assert request.context is not None  # an offload request carries its ledger's stored info
+            objects = tuple(cluster.offload_keys(request.context, request.ledger_id))
+        out.items.append(Expected(request, outcome, shape, objects))
 
-    trimmed = cluster.requests_for_trim(topic, [*data, off_bk, off_only])
-    for request in trimmed:
-        kind = "data"
-        if request.ledger_id in (off_bk, off_only):
-            kind = "offload" if request.ledger_type is LedgerType.OFFLOAD_LEDGER else "offload-bk"
-        add(request, Outcome.DELETED, kind)
+    requests = cluster.requests_for_trim(topic, trimmed)
     (in_use_request,) = cluster.requests_for_trim(topic, [in_use])
-    cluster.remove_ledgers_from_metadata(topic, [*data, off_bk, off_only])
+    late_requests = [] if deleted else cluster.requests_for_trim(topic, [late])
+    cluster.remove_ledgers_from_metadata(topic, trimmed)
+    for request in requests:
+        if request.ledger_id == duplicate:
+            add(request, Outcome.DELETED, DUPLICATE)
+            add(request, Outcome.DELETED, DUPLICATE)
+        else:
+            add(
+                request,
+                Outcome.DELETED,
+                offloaded if request.ledger_type is LedgerType.OFFLOAD_LEDGER else bk,
+            )
     add(
         PendingDeleteLedgerInfo(
             topic, LedgerComponent.MANAGED_CURSOR, LedgerType.LEDGER, c_old, cursor_name="sub"
         ),
         Outcome.DELETED,
-        "cursor",
+        BK_TOPIC_GONE if deleted else CURSOR,
     )
     add(
         PendingDeleteLedgerInfo(
             topic, LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, s_old, schema_id=topic
         ),
         Outcome.DELETED,
-        "schema",
+        BK_TOPIC_GONE if deleted else SCHEMA,
     )
     # A deleted topic takes its in-use ledger with it: nothing references it any more, so it goes too.
-    add(in_use_request, Outcome.DELETED if deleted else Outcome.SKIPPED_IN_USE, "in-use")
+    add(in_use_request, Outcome.DELETED if deleted else Outcome.SKIPPED_IN_USE, bk if deleted else IN_USE)
+    for request in late_requests:
+        add(request, Outcome.DELETED, LATE)
+        out.late[request.workflow_id] = (topic, late)
     add(
         PendingDeleteLedgerInfo(
             topic,
@@ -158,15 +233,45 @@ def _seed_topic(cluster: SimulatedCluster, out: Seeded, ids: _Ids, topic: str, *
             check_ledger_still_in_use=False,
         ),
         Outcome.SKIPPED_METADATA_MISMATCH,
-        "forged",
+        MISMATCH,
     )
     add(
         PendingDeleteLedgerInfo(topic, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, foreign),
         Outcome.SKIPPED_NOT_PULSAR,
-        "forged",
+        NOT_PULSAR,
     )
     if deleted:
         cluster.delete_topic(topic)
-    out.ledgers_deleted.update([*data, off_bk, c_old, s_old] + ([in_use] if deleted else []))
-    out.ledgers_kept.update([live, live2, c_live, s_live, foreign] + ([] if deleted else [in_use]))
-    out.objects_deleted.extend(keys)
+    out.never_requested.update([live, live2, s_live] + ([duplicate, late] if deleted else []))
+
+
+class LateTrims:
+    """The broker's metadata update of the mix's late requests, made once the deleter found the ledger in use.
+
+    A late request was published while its ledger was still listed, as when the broker's update trails its
+    send. :meth:`found_in_use` drops the ledger from the managed ledger's list the first time a deleter
+    (A's workflow waiting in its grace, B reconsuming the message for a re-check) reports it; the re-check
+    after the grace timer then finds it released and deletes it.
+    """
+
+    def __init__(self, cluster: SimulatedCluster, seeded: Seeded) -> None:
+        self._cluster = cluster
+        self._pending = dict(seeded.late)
+        self._lock = threading.Lock()
+        self.released = 0
+
+    def found_in_use(self, workflow_ids: Iterable[str]) -> None:
+        for workflow_id in workflow_ids:
+            with self._lock:
+                late = self._pending.pop(workflow_id, None)
+            if late is None:
+                continue
+            topic, ledger_id = late
+            self._cluster.remove_ledgers_from_metadata(topic, [ledger_id])
+            with self._lock:
+                self.released += 1
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._pending)

@@ -1,45 +1,43 @@
-"""One benchmark phase: what it runs (the pools, the PIP-186 consumer) and what it measures (rates,
-latencies, history events, CPU and RSS per process); the run's configuration."""
+"""One benchmark phase: what it runs (the pools, the PIP-186 consumer) and what it measures (counts per shape
+from the histories, CPU and RSS per process, rates and latencies, and whether every request ended as it
+must); the run's configuration."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import random
-import statistics
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from bench.faults import FAULT_RATE_ENV
-from bench.mix import Seeded
-from bench.processes import (
-    ROOT,
-    Proc,
-    StackProcs,
-    spawn,
-    usage,
-    wait_for_line,
-)
+from bench.histories import Counts, fetch_counts
+from bench.mix import SHAPES, WAITING_SHAPES, LateTrims, Seeded
+from bench.processes import ROOT, Proc, StackProcs, spawn, usage, wait_for_line
 from bench.worker import CONSUMER_OFFSET_ENV
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable
 from devstack.stack import StackEndpoints
 from ledger_deletion import search_attributes as sa
-from ledger_deletion.contracts import Outcome
+from ledger_deletion.contracts import Outcome, Step
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 
 VENV_BIN = Path(sys.executable).parent
 POOL_NAMES = ("workflow", "pulsar", "bookkeeper", "offload")
+# The in-use grace: production's number of re-checks, a short wait between them (production: 60 s) so that
+# in-use and late requests stay in the mix without making a run wait minutes for them.
+IN_USE_RECHECK_SECONDS = 2.0
 
 
 # --- the run's configuration -----------------------------------------------------------------------------
@@ -58,17 +56,14 @@ class Run:
     storage_sample: int = 2000  # ledgers/objects checked in ZooKeeper and S3 after a phase; 0 = all
 
     def settings_env(self, phase: str, fault_rate: float = 0.0) -> dict[str, str]:
-        """The pools' environment for ``phase``; with ``fault_rate``, that share of deletes fails."""
+        """The pools' and B's environment for ``phase``; with ``fault_rate``, that share of deletes fails."""
         env = {
             **self.base_env,
             "LEDGER_DELETION_TOPIC": self.topic(phase),
             "LEDGER_DELETION_TASK_QUEUE_PREFIX": self.prefix(phase),
             "LEDGER_DELETION_METRICS_PORT": "0",
             "LEDGER_DELETION_TEMPORAL_METRICS_PORT": "0",
-            # The in-use grace is 3 × 60 s in production; one short re-check keeps in-use requests in the mix
-            # without making the run wait minutes for them.
-            "LEDGER_DELETION_IN_USE_RECHECKS": "1",
-            "LEDGER_DELETION_IN_USE_RECHECK_SECONDS": "1",
+            "LEDGER_DELETION_IN_USE_RECHECK_SECONDS": str(IN_USE_RECHECK_SECONDS),
             "LEDGER_DELETION_SHUTDOWN_GRACE_SECONDS": "2",
             "LEDGER_DELETION_INGEST_MAX_INFLIGHT": str(self.inflight),
             **self.extra_env,
@@ -81,20 +76,16 @@ class Run:
     def prefix(self, phase: str) -> str:
         return f"ldb-{self.run_id}-{phase}"
 
-    def _flag(self, variable: str) -> bool:
-        # Parsed as the pools' settings parse it ("1", "yes", "on" count as true too).
-        return TypeAdapter(bool).validate_python(self.extra_env.get(variable, "false"))
-
     @property
     def colocated(self) -> bool:
-        return self._flag("LEDGER_DELETION_COLOCATE_POOLS")
+        # Parsed as the pools' settings parse it ("1", "yes", "on" count as true too).
+        return TypeAdapter(bool).validate_python(
+            self.extra_env.get("LEDGER_DELETION_COLOCATE_POOLS", "false")
+        )
 
     def settings(self, phase: str) -> Settings:
-        ep = self.endpoints
-        return ep.settings(
-            topic=self.topic(phase),
-            task_queue_prefix=self.prefix(phase),
-            colocate_pools=self.colocated,
+        return self.endpoints.settings(
+            topic=self.topic(phase), task_queue_prefix=self.prefix(phase), colocate_pools=self.colocated
         )
 
 
@@ -113,6 +104,13 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[index]
+
+
+def ledger_ok(expected: Outcome, outcomes: list[str]) -> bool:
+    """Did the messages (B) or runs (A) of one ledger end as the mix says? A duplicate's second one may find
+    the ledger already deleted by the first."""
+    allowed = {expected.value} | ({Outcome.ALREADY_DELETED.value} if expected is Outcome.DELETED else set())
+    return expected.value in outcomes and set(outcomes) <= allowed
 
 
 # --- publishing ------------------------------------------------------------------------------------------
@@ -155,22 +153,26 @@ def publish_in_background(
 @dataclass
 class Closed:
     workflow_id: str
+    run_id: str
     close: float
     events: int
     outcome: str
 
 
 async def wait_closed(client: Client, task_queue: str, count: int, timeout: float, what: str) -> None:
-    query = f'TaskQueue = "{task_queue}" AND ExecutionStatus != "Running"'
+    """Until ``count`` runs on the queue closed and none is running (a duplicate may start a second run)."""
+    closed_query = f'TaskQueue = "{task_queue}" AND ExecutionStatus != "Running"'
+    running_query = f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running"'
     deadline = time.monotonic() + timeout
     last = -1
     while time.monotonic() < deadline:
         try:
-            closed = (await client.count_workflows(query)).count
+            closed = (await client.count_workflows(closed_query)).count
+            running = (await client.count_workflows(running_query)).count if closed >= count else 1
         except RPCError as exc:
             print(f"  count failed: {exc}", flush=True)
-            closed = last
-        if closed >= count:
+            closed, running = last, 1
+        if closed >= count and not running:
             return
         if closed != last:
             last = closed
@@ -189,30 +191,26 @@ async def closed_workflows(client: Client, task_queue: str) -> list[Closed]:
             outcome = wf.typed_search_attributes.get(sa.DELETION_OUTCOME) or "?"
         else:
             outcome = wf.status.name if wf.status else "?"
-        out.append(Closed(wf.id, wf.close_time.timestamp(), wf.history_length, str(outcome)))
+        out.append(Closed(wf.id, wf.run_id, wf.close_time.timestamp(), wf.history_length, str(outcome)))
     return out
 
 
-@dataclass
-class HistorySample:
-    """What sampled workflows asked of the server, in the order they were sampled."""
-
-    kinds: Counter[str] = field(default_factory=Counter)  # event types, over every sampled history
-    # Each workflow's state transitions as the server counted them (DescribeWorkflowExecution): every
-    # mutable-state write, what a Temporal cluster's persistence capacity is sized by.
-    transitions: list[int] = field(default_factory=list)
-
-
-async def history_sample(client: Client, ids: Iterable[str]) -> HistorySample:
-    """The event types and state transitions of every sampled workflow."""
-    sample = HistorySample()
-    for workflow_id in ids:
-        handle = client.get_workflow_handle(workflow_id)
-        history = await handle.fetch_history()
-        described = await handle.describe()
-        sample.transitions.append(described.raw_description.workflow_execution_info.state_transition_count)
-        sample.kinds.update(event.WhichOneof("attributes") or "" for event in history.events)
-    return sample
+async def release_late_trims(client: Client, task_queue: str, late: LateTrims, stop: asyncio.Event) -> None:
+    """Hand :class:`LateTrims` every run waiting out its in-use grace (``DeletionStep``, upserted when the
+    first check finds the ledger in use) until ``stop``; the grace's re-check then finds it released."""
+    query = (
+        f'TaskQueue = "{task_queue}" AND ExecutionStatus = "Running" '
+        f'AND {sa.DELETION_STEP.name} = "{Step.WAIT_IN_USE.value}"'
+    )
+    while not stop.is_set() and late.pending:
+        try:
+            waiting = [wf.id async for wf in client.list_workflows(query, page_size=1000)]
+        except RPCError as exc:
+            print(f"  late trims: listing failed: {exc}", flush=True)
+            waiting = []
+        await asyncio.to_thread(late.found_in_use, waiting)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.25)
 
 
 def start_pools(
@@ -239,30 +237,39 @@ def start_pools(
 
 
 @dataclass
+class ShapeRow:
+    """One shape's requests: how many, how they ended, and (A) what their runs cost or (B) how often their
+    messages were delivered."""
+
+    ledgers: int = 0
+    messages: int = 0
+    wrong: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # A: Counts summed over the shape's runs
+    deliveries: int = 0  # B: deliveries of the shape's messages (first delivery and every reconsume)
+
+
+@dataclass
 class AResult:
-    n: int
+    n: int  # messages published
     seconds: float
     rate: float
     steady_rate: float = 0.0
-    events_happy: float = 0.0
-    events_all: float = 0.0
-    activities_per_wf: float = 0.0
     p50_ms: float = 0.0
     p95_ms: float = 0.0
     p99_ms: float = 0.0
     outcomes: dict[str, int] = field(default_factory=dict)
     wrong: int = 0
-    missing: int = 0  # requests published whose workflow never closed
+    missing: int = 0  # ledgers whose workflow never closed
     unacked: int = -1  # messages still in the subscription once the pools stopped (-1: not counted)
     storage_problems: list[str] = field(default_factory=list)
+    late_released: int = 0
     procs: dict[str, dict[str, float]] = field(default_factory=dict)
     servers_cpu: dict[str, float] = field(default_factory=dict)
     server_work: dict[str, float] = field(default_factory=dict)  # --server-metrics: the server's counts
-    event_kinds: dict[str, int] = field(default_factory=dict)
-    transitions: float = 0.0  # state transitions per workflow, over the sampled histories
-    transitions_happy: float = 0.0  # the same, over the sampled DELETED ones
-    head_seconds: float = 0.0  # publish of the first request to the first close
-    tail_seconds: float = 0.0  # the 95th percentile close to the last
+    counted: bool = False  # the histories were read: ``shapes`` and ``totals`` hold their counts
+    shapes: dict[str, ShapeRow] = field(default_factory=dict)
+    totals: dict[str, int] = field(default_factory=dict)  # Counts over every run of the phase
+    history_lengths: int = 0  # the runs' history lengths as visibility lists them, summed
 
 
 async def run_a(
@@ -274,12 +281,16 @@ async def run_a(
     replicas: dict[str, int] | None = None,
     fault_rate: float = 0.0,
     stack_procs: StackProcs | None = None,
-    sample_histories: int = 0,
+    count_histories: bool = False,
     timeout: float | None = None,
 ) -> AResult:
     timeout = timeout or max(3600.0, len(seeded.items) / 2)  # gives up only below 2 deletions/s
     env = run.settings_env(phase, fault_rate)
+    expected = seeded.by_ledger()
+    late = LateTrims(run.cluster, seeded)
     procs = start_pools(run, phase, replicas or {}, env, faulty=fault_rate > 0)
+    queue = run.settings(phase).task_queue("workflow")
+    stop = asyncio.Event()
     try:
         for proc in procs:
             proc.mark()
@@ -287,64 +298,70 @@ async def run_a(
             stack_procs.mark()
         began = time.time()
         join = publish_in_background(run.settings(phase), seeded, rate)
-        queue = run.settings(phase).task_queue("workflow")
         sampler = asyncio.create_task(_sample_forever(procs))
-        await wait_closed(run.client, queue, len(seeded.items), timeout, f"A {phase}")
+        releaser = asyncio.create_task(release_late_trims(run.client, queue, late, stop))
+        await wait_closed(run.client, queue, len(expected), timeout, f"A {phase}")
+        stop.set()
         sampler.cancel()
+        await releaser
         for proc in procs:
             proc.sample()
         published = join()
         servers = stack_procs.cpu() if stack_procs else {}
         work = stack_procs.work(len(seeded.items)) if stack_procs else {}
     finally:
+        stop.set()
         for proc in procs:
             proc.stop()
     # Nothing lost: with every pool stopped, whatever Pulsar would still hand out was never acked.
     unacked = await asyncio.to_thread(count_redeliverable, run.settings(phase))
-    closed = await closed_workflows(run.client, queue)
-    expected = {item.request.workflow_id: item for item in seeded.items}
-    by_id = {c.workflow_id: c for c in closed if c.workflow_id in expected}
-    end = max(c.close for c in by_id.values())
-    in_order = sorted(by_id.values(), key=lambda c: c.close)
-    happy = [c for c in by_id.values() if c.outcome == Outcome.DELETED.value]
+    closed = [c for c in await closed_workflows(run.client, queue) if c.workflow_id in expected]
+    runs: dict[str, list[Closed]] = defaultdict(list)
+    for c in closed:
+        runs[c.workflow_id].append(c)
+    end = max(c.close for c in closed)
+    first_close = {w: min(c.close for c in rs) for w, rs in runs.items()}
     timed = [
-        (by_id[w].close - published[w]) * 1000
+        (first_close[w] - published[w]) * 1000
         for w, item in expected.items()
-        if item.kind != "in-use" and w in by_id
+        if item.shape not in WAITING_SHAPES and w in first_close
     ]
+    messages = Counter(item.workflow_id for item in seeded.items)
+    shapes = {shape: ShapeRow() for shape in SHAPES}
+    for w, item in expected.items():
+        row = shapes[item.shape]
+        row.ledgers += 1
+        row.messages += messages[w]
+        row.wrong += not ledger_ok(item.outcome, [c.outcome for c in runs.get(w, [])])
     result = AResult(
-        n=len(by_id),
+        n=len(seeded.items),
         seconds=end - began,
-        rate=len(by_id) / (end - began),
-        steady_rate=steady_rate([c.close for c in by_id.values()]),
-        events_happy=statistics.mean(c.events for c in happy) if happy else 0,
-        events_all=statistics.mean(c.events for c in by_id.values()),
+        rate=len(seeded.items) / (end - began),
+        steady_rate=steady_rate([c.close for c in closed]),
         p50_ms=percentile(timed, 50),
         p95_ms=percentile(timed, 95),
         p99_ms=percentile(timed, 99),
-        outcomes=dict(Counter(c.outcome for c in by_id.values())),
-        wrong=sum(1 for w, item in expected.items() if w in by_id and by_id[w].outcome != item.outcome.value),
-        missing=sum(1 for w in expected if w not in by_id),
+        outcomes=dict(Counter(c.outcome for c in closed)),
+        wrong=sum(row.wrong for row in shapes.values()),
+        missing=sum(1 for w in expected if w not in runs),
         unacked=unacked,
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
+        late_released=late.released,
         procs=usage(procs),
         servers_cpu=servers,
         server_work=work,
-        head_seconds=in_order[0].close - began,
-        tail_seconds=end - in_order[int(len(in_order) * 0.95) - 1].close,
+        history_lengths=sum(c.events for c in closed),
     )
-    if sample_histories:
-        ids = sorted(by_id)
-        ids = random.Random(0).sample(ids, min(sample_histories, len(ids)))
-        sample = await history_sample(run.client, ids)
-        scheduled = sample.kinds["activity_task_scheduled_event_attributes"]
-        result.activities_per_wf = scheduled / len(ids)
-        result.event_kinds = dict(sample.kinds)
-        result.transitions = statistics.mean(sample.transitions)
-        deleted = Outcome.DELETED.value
-        pairs = zip(ids, sample.transitions, strict=True)
-        of_deletions = [n for w, n in pairs if by_id[w].outcome == deleted]
-        result.transitions_happy = statistics.mean(of_deletions) if of_deletions else 0.0
+    if count_histories:
+        counts = await fetch_counts(run.client, [(c.workflow_id, c.run_id) for c in closed])
+        by_shape: dict[str, Counts] = defaultdict(Counts)
+        for (workflow_id, _), one in counts.items():
+            by_shape[expected[workflow_id].shape] += one
+        for shape, row in shapes.items():
+            row.counts = asdict(by_shape[shape])
+        result.totals = asdict(sum(counts.values(), Counts()))
+        result.counted = True
+    result.shapes = {shape: row for shape, row in shapes.items() if row.ledgers}
     return result
 
 
@@ -373,7 +390,38 @@ class BResult:
     cpu_s: float
     rss_mb: float
     storage_problems: list[str]
+    wrong: int = 0
+    deliveries: int = 0
+    late_released: int = 0
+    servers_cpu: dict[str, float] = field(default_factory=dict)
+    shapes: dict[str, ShapeRow] = field(default_factory=dict)
     resubscribed: int = 0  # times the consumer replaced a stalled subscription (pulsar-lite)
+
+
+class InUseReports:
+    """Follows the file where B writes the workflow id of each request it found in use (for LateTrims)."""
+
+    def __init__(self, path: Path, late: LateTrims) -> None:
+        self._path, self._late = path, late
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def __enter__(self) -> InUseReports:
+        self._path.touch()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _follow(self) -> None:
+        partial = ""
+        with self._path.open() as reports:
+            while not self._stop.is_set():
+                *lines, partial = (partial + reports.read()).split("\n")
+                self._late.found_in_use(lines)
+                self._stop.wait(0.1)
 
 
 def run_b(
@@ -383,13 +431,14 @@ def run_b(
     *,
     fault_rate: float = 0.0,
     reconsume_seconds: float,
-    rate: float | None = None,
+    stack_procs: StackProcs | None = None,
     timeout: float | None = None,
 ) -> BResult:
     # Room for every reconsume round PIP-186 allows (10) plus the work itself.
     timeout = timeout or max(3600.0, reconsume_seconds * 11 + 600)
     env = run.settings_env(phase, fault_rate)
     results = run.logs / f"{phase}-pip186.json"
+    in_use = run.logs / f"{phase}-pip186-in-use.txt"
     argv = [
         sys.executable,
         str(ROOT / "bench" / "pip186_consumer.py"),
@@ -397,30 +446,48 @@ def run_b(
         str(len(seeded.items)),
         "--results",
         str(results),
+        "--in-use-report",
+        str(in_use),
         "--reconsume-seconds",
         str(reconsume_seconds),
         "--timeout",
         str(timeout),
     ]
+    late = LateTrims(run.cluster, seeded)
     proc = spawn(f"{phase}-pip186", argv, env, run.logs)
     try:
-        wait_for_line(proc, "pip186 consumer ready")
-        proc.mark()
-        began = time.time()
-        publish(run.settings(phase), seeded, rate)
-        while proc.popen.poll() is None:
-            proc.sample()
-            time.sleep(0.5)
+        with InUseReports(in_use, late):
+            wait_for_line(proc, "pip186 consumer ready")
+            proc.mark()
+            if stack_procs:
+                stack_procs.mark()
+            began = time.time()
+            publish(run.settings(phase), seeded)
+            while proc.popen.poll() is None:
+                proc.sample()
+                time.sleep(0.5)
+            servers = stack_procs.cpu() if stack_procs else {}
     finally:
         proc.stop()
     data = json.loads(results.read_text())
+    handled: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for message in data["messages"]:
+        handled[message["id"]].append(message)
+    shapes = {shape: ShapeRow() for shape in SHAPES}
+    for w, item in seeded.by_ledger().items():
+        row = shapes[item.shape]
+        row.ledgers += 1
+        row.messages += len(handled[w])
+        row.deliveries += sum(m["deliveries"] for m in handled[w])
+        row.wrong += not ledger_ok(item.outcome, [m["outcome"] for m in handled[w]])
+    shape_of = {item.workflow_id: item.shape for item in seeded.items}
+    latencies = [m["latency_ms"] for m in data["messages"] if shape_of.get(m["id"]) not in WAITING_SHAPES]
     seconds = data["last_ack"] - began
-    latencies = data["latencies_ms"]
     return BResult(
         n=data["done"],
         seconds=seconds,
         rate=data["done"] / seconds,
-        steady_rate=steady_rate(data["ack_times"]),
+        steady_rate=steady_rate([m["acked"] for m in data["messages"]]),
         p50_ms=percentile(latencies, 50),
         p95_ms=percentile(latencies, 95),
         p99_ms=percentile(latencies, 99),
@@ -430,5 +497,10 @@ def run_b(
         cpu_s=round(proc.cpu_s, 1),
         rss_mb=round(proc.rss_mb),
         storage_problems=seeded.check_storage(run.cluster, sample=run.storage_sample)[:20],
+        wrong=sum(row.wrong for row in shapes.values()),
+        deliveries=sum(row.deliveries for row in shapes.values()),
+        late_released=late.released,
+        servers_cpu={name: cpu for name, cpu in servers.items() if name != "temporal"},
+        shapes={shape: row for shape, row in shapes.items() if row.ledgers},
         resubscribed=data.get("resubscribed", 0),
     )

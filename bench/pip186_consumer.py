@@ -1,31 +1,47 @@
-"""Baseline B: the PIP-186 consumer as the seed describes it, without Temporal.
+"""Baseline B: a PIP-186 consumer without Temporal that decides as the service does.
 
-The same checks and the same deletes as the service, through the same adapters (``ledger_deletion.adapters``)
-and the same activity bodies (called directly, undecorated, so ``activities.bookkeeper.judge`` decides):
+It makes the service's checks and deletes through the same adapters (``ledger_deletion.adapters``) and the
+same activity bodies (called directly, undecorated, so ``activities.bookkeeper`` decides):
 
 1. receive from the deletion topic and its RETRY topic (Shared subscription);
-2. check the topic exists (admin REST); when it does and ``checkLedgerStillInUse``, ask the owner broker;
-   still in use → ack (the seed's "ledger still in use" answer is acked, not retried);
-3. LEDGER: read the znode, ``judge`` its metadata (not found / mismatch / not pulsar → ack), then
-   compare-and-delete;
-   OFFLOAD_LEDGER: HEAD, delete, confirm the objects of the offload context;
-4. success → ack. Transient failure → ``reconsumeLater``: publish the message to the RETRY topic with
-   ``deliver_after`` and ``RECONSUMETIMES`` + 1, ack the original; after ``--max-reconsume`` (10) the message
-   goes to the DLQ and is acked. Undecodable or permanently invalid → DLQ, ack.
+2. LEDGER: check the topic exists (admin REST) and read the ledger's znode with the same verification as the
+   service: its metadata judged (not found / mismatch / not pulsar → ack), a schema ledger's schema locator,
+   and Pulsar's metadata-store listing (the managed ledger's ledger list, a cursor's ``cursorsLedgerId``);
+   then, when the topic exists and ``checkLedgerStillInUse``, ask the owner broker, and read the listing
+   again if it listed the ledger before that answer. Still referenced (locator, owner, listing) → the in-use
+   grace below. Then compare-and-delete the znode;
+   OFFLOAD_LEDGER: check the topic, ask the owner broker as above, then delete and confirm the objects of
+   the offload context;
+3. the in-use grace: a referenced ledger's message is reconsumed after ``in_use_recheck_seconds`` and every
+   check made again, up to ``in_use_rechecks`` times (the service's settings); still referenced after the
+   last → acked as SKIPPED_IN_USE. Each time, the request's workflow id is written to ``--in-use-report``
+   (the benchmark releases its late requests from there);
+4. success → ack. Transient failure, or the znode changed between verify and delete → ``reconsumeLater``:
+   publish the message to the RETRY topic with ``deliver_after`` and ``RECONSUMETIMES`` + 1, ack the
+   original; after ``--max-reconsume`` (10) the message goes to the DLQ and is acked. Undecodable or
+   permanently invalid → DLQ, ack.
 
-pulsar-lite ignores ``deliver_after`` (measured: a message sent with a 3 s delay arrives at once), so the
-consumer also honours the due time it writes into the ``DELAY_UNTIL_MS`` property, holding a retried message
-(unacked) until then, as the broker's delayed-delivery tracker would. The whole message is processed again on
-each retry: every check, not only the step that failed.
+Where it decides otherwise than the service, it keeps the ledger (never deletes what the service keeps):
 
-The service's later additions are left out: freeing the BookKeeper copy of an offloaded ledger the broker
-has released, the objects of a replaced offload attempt, and asking the owner again after a version race.
-Each only frees more than the seed would (B keeps such a ledger as in use) and needs a request the owner
-still lists or a znode that changes mid-deletion; the benchmark's mix has neither, so A and B make the same
-calls for every request in it.
+* an offloaded ledger whose BookKeeper copy the broker released (the owner lists it offloaded,
+  ``bookkeeperDeleted``): the service deletes the BK copy, B keeps it as in use;
+* the objects of an offload attempt a later attempt replaced while the owner still lists the ledger: the
+  service deletes them, B keeps them as in use;
+* an owner broker that cannot load the topic (a transaction-internal managed ledger): for a BK ledger both
+  let Pulsar's metadata store decide; for an offloaded copy the service dead-letters the request, B keeps
+  it as in use;
+* messages for one ledger are decided one by one, each on its own (the service decides a joining message's
+  request in the run already going): a duplicate's second message finds the znode gone (ALREADY_DELETED);
+* a re-check (a retry, the grace, a version race) makes every check again, where the service makes again
+  only the step that failed or what referenced the ledger.
+
+pulsar-lite ignores ``deliver_after`` (a message sent with a 3 s delay arrives at once), so the consumer
+also honours the due time it writes into the ``DELAY_UNTIL_MS`` property, holding a retried message
+(unacked) until then, as the broker's delayed-delivery tracker would.
 
 Runs as its own process (so the benchmark can measure its CPU and RSS) until ``--expect`` messages reached a
-terminal state, then writes a JSON summary (per-message publish → ack latency, outcomes, attempts).
+terminal state, then writes a JSON summary (per message: workflow id, outcome, deliveries, publish → ack
+latency).
 
 pulsar-lite sometimes stops dispatching to a consumer part-way through a large backlog. The service's ingest
 resubscribes when that happens (``workers/ingest.py``); so does this consumer, on the same rule: after
@@ -61,6 +77,7 @@ from ledger_deletion.adapters import messaging  # noqa: E402
 from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore  # noqa: E402
 from ledger_deletion.contracts import (  # noqa: E402
     AskOwnerBrokerInput,
+    AskOwnerBrokerResult,
     CheckTopicInput,
     DeleteBkLedgerInput,
     DeleteBkLedgerStatus,
@@ -68,6 +85,7 @@ from ledger_deletion.contracts import (  # noqa: E402
     Outcome,
     Verdict,
     VerifyBkMetadataInput,
+    VerifyBkMetadataResult,
 )
 from ledger_deletion.errors import InvalidRequestError, PermanentError, TransientError  # noqa: E402
 from ledger_deletion.formats.avro import decode_request  # noqa: E402
@@ -76,6 +94,7 @@ from ledger_deletion.settings import Settings  # noqa: E402
 from workers.pools import admin_client, object_store  # noqa: E402
 
 RECONSUMETIMES = "RECONSUMETIMES"
+IN_USE_CHECKS = "IN_USE_CHECKS"  # in-use answers so far: the grace's count, apart from the retry budget
 DELAY_UNTIL = "DELAY_UNTIL_MS"
 ORIGIN_PUBLISH = "ORIGIN_PUBLISH_MS"  # first publish time, kept across reconsumes for the latency
 _VERDICT = {
@@ -98,8 +117,10 @@ class Pip186Consumer:
         max_reconsume: int,
         concurrency: int,
         resubscribe_idle_seconds: float = 10.0,
+        in_use_report: Path | None = None,
     ) -> None:
         self.settings = settings
+        self.in_use_report = in_use_report
         self.retry_topic = f"{settings.topic}-RETRY"
         self.reconsume_seconds = reconsume_seconds
         self.max_reconsume = max_reconsume
@@ -128,8 +149,7 @@ class Pip186Consumer:
         self.delayed: list[tuple[float, int, Any]] = []
         self.seq = 0
         self.outcomes: Counter[str] = Counter()
-        self.latencies_ms: list[float] = []
-        self.ack_times: list[float] = []
+        self.messages: list[dict[str, Any]] = []  # per terminal message: id, outcome, deliveries, latency
         self.reconsumed = 0
         self.done = 0
         self.first_receive = 0.0
@@ -214,33 +234,45 @@ class Pip186Consumer:
             self._dead_letter(message, str(exc))
             return
         try:
-            outcome = self._delete(request)
+            outcome = self._decide(request)
+        except _Decided as decided:
+            outcome = decided.outcome
+        except _InUse as exc:
+            self._recheck_later(message, request, str(exc))
+            return
         except TransientError as exc:
-            self._reconsume_later(message, str(exc))
+            self._reconsume_later(message, request, str(exc))
             return
         except PermanentError as exc:
-            self._dead_letter(message, str(exc))
+            self._dead_letter(message, str(exc), request.workflow_id)
             return
-        self._ack(message, outcome.value)
+        self._ack(message, outcome.value, request.workflow_id)
 
-    def _delete(self, req: PendingDeleteLedgerInfo) -> Outcome:
+    def _decide(self, req: PendingDeleteLedgerInfo) -> Outcome:
+        """Delete the ledger if every check allows it; raises ``_InUse`` while something references it."""
         exists = _raw(PulsarAdminActivities.check_topic)(self.admin, CheckTopicInput(req.topic_name)).exists
-        if exists and req.check_ledger_still_in_use:
-            answer = _raw(PulsarAdminActivities.ask_owner_broker)(
-                self.admin, AskOwnerBrokerInput(req.topic_name, req.ledger_id)
-            )
-            if answer.in_use:
-                return Outcome.SKIPPED_IN_USE  # "ledger still in use": acked, as in the seed
+        owner_check = exists and req.check_ledger_still_in_use
         if req.ledger_type is LedgerType.OFFLOAD_LEDGER:
-            assert req.context is not None
+            if owner_check and (answer := self._ask_owner(req)).in_use:
+                raise _InUse(f"the owner broker references it ({answer.referenced_as})")
+            assert req.context is not None  # validated when the request was decoded
             result = _raw(OffloadActivities.delete_offload_segment)(
                 self.offload, DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context)
             )
             outcome: Outcome = result.outcome
             return outcome
-        verified = _raw(BookKeeperActivities.verify_bk_metadata)(self.bk, VerifyBkMetadataInput(req))
-        if verified.verdict is not Verdict.MATCH:
-            return _VERDICT[verified.verdict]  # "if the param didn't match, we also think it succeeded"
+        verified = self._verify(req)
+        if verified.schema_referenced:
+            raise _InUse(verified.reason)
+        if owner_check:
+            answer = self._ask_owner(req)
+            # An owner that cannot load the topic cannot say: the metadata store decides, as in the service.
+            if answer.in_use and not answer.owner_cannot_load:
+                raise _InUse(f"the owner broker references it ({answer.referenced_as})")
+            if verified.metadata_store_listing:  # read before the owner's answer: read it again
+                verified = self._verify(req)
+        if verified.metadata_store_listing:
+            raise _InUse(verified.metadata_store_listing)
         deleted = _raw(BookKeeperActivities.delete_bk_ledger)(
             self.bk, DeleteBkLedgerInput(req.ledger_id, verified.znode_version)
         )
@@ -248,36 +280,63 @@ class Pip186Consumer:
             raise _VersionChanged(f"ledger {req.ledger_id} changed between verify and delete")
         return Outcome.DELETED if deleted.status is DeleteBkLedgerStatus.DELETED else Outcome.ALREADY_DELETED
 
-    def _reconsume_later(self, message: Any, reason: str) -> None:
-        properties = dict(message.properties())
-        times = int(properties.get(RECONSUMETIMES, 0)) + 1
-        if times > self.max_reconsume:
-            self._dead_letter(message, f"gave up after {times - 1} reconsumes: {reason}")
+    def _verify(self, req: PendingDeleteLedgerInfo) -> VerifyBkMetadataResult:
+        verified: VerifyBkMetadataResult = _raw(BookKeeperActivities.verify_bk_metadata)(
+            self.bk, VerifyBkMetadataInput(req)
+        )
+        if verified.verdict is not Verdict.MATCH:
+            raise _Decided(
+                _VERDICT[verified.verdict]
+            )  # "if the param didn't match, we also think it succeeded"
+        return verified
+
+    def _ask_owner(self, req: PendingDeleteLedgerInfo) -> AskOwnerBrokerResult:
+        answer: AskOwnerBrokerResult = _raw(PulsarAdminActivities.ask_owner_broker)(
+            self.admin, AskOwnerBrokerInput(req.topic_name, req.ledger_id)
+        )
+        return answer
+
+    def _recheck_later(self, message: Any, request: PendingDeleteLedgerInfo, reason: str) -> None:
+        """The in-use grace: check again after ``in_use_recheck_seconds``, up to ``in_use_rechecks`` times."""
+        checks = int(message.properties().get(IN_USE_CHECKS, 0))
+        if checks >= self.settings.in_use_rechecks:
+            self._ack(message, Outcome.SKIPPED_IN_USE.value, request.workflow_id)
             return
+        if self.in_use_report is not None:
+            with self.lock, self.in_use_report.open("a") as report:
+                report.write(f"{request.workflow_id}\n")
+        self._send_to_retry(message, {IN_USE_CHECKS: str(checks + 1)}, self.settings.in_use_recheck_seconds)
+
+    def _reconsume_later(self, message: Any, request: PendingDeleteLedgerInfo, reason: str) -> None:
+        times = int(message.properties().get(RECONSUMETIMES, 0)) + 1
+        if times > self.max_reconsume:
+            self._dead_letter(message, f"gave up after {times - 1} reconsumes: {reason}", request.workflow_id)
+            return
+        self._send_to_retry(message, {RECONSUMETIMES: str(times)}, self.reconsume_seconds)
+        with self.lock:
+            self.reconsumed += 1
+
+    def _send_to_retry(self, message: Any, counters: dict[str, str], delay: float) -> None:
+        """As the Java client's reconsumeLater: produce to RETRY (delayed), then ack the original."""
+        properties = dict(message.properties())
         properties.update(
             {
-                RECONSUMETIMES: str(times),
-                DELAY_UNTIL: str(int((time.time() + self.reconsume_seconds) * 1000)),
+                **counters,
+                DELAY_UNTIL: str(int((time.time() + delay) * 1000)),
                 ORIGIN_PUBLISH: properties.get(ORIGIN_PUBLISH, str(message.publish_timestamp())),
                 "REAL_TOPIC": message.topic_name(),
                 "ORIGIN_MESSAGE_ID": str(message.message_id()),
             }
         )
-        while True:  # as the Java client's reconsumeLater: produce to RETRY (delayed), then ack
+        while True:
             try:
-                self.retry.send(
-                    message.data(),
-                    properties=properties,
-                    deliver_after=timedelta(seconds=self.reconsume_seconds),
-                )
+                self.retry.send(message.data(), properties=properties, deliver_after=timedelta(seconds=delay))
                 break
             except Exception:  # pulsar's own error classes: keep the message, try again
                 time.sleep(0.5)
         self.consumer.acknowledge(message)
-        with self.lock:
-            self.reconsumed += 1
 
-    def _dead_letter(self, message: Any, reason: str) -> None:
+    def _dead_letter(self, message: Any, reason: str, workflow_id: str = "") -> None:
         properties = messaging.dead_letter_properties(
             reason=reason,
             failed_step="pip186",
@@ -286,16 +345,25 @@ class Pip186Consumer:
             original=dict(message.properties()),
         )
         self.dlq.send(message.data(), properties)
-        self._ack(message, Outcome.DEAD_LETTERED.value)
+        self._ack(message, Outcome.DEAD_LETTERED.value, workflow_id, reason)
 
-    def _ack(self, message: Any, outcome: str) -> None:
+    def _ack(self, message: Any, outcome: str, workflow_id: str, reason: str = "") -> None:
         self.consumer.acknowledge(message)
         now = time.time()
-        published = float(message.properties().get(ORIGIN_PUBLISH, message.publish_timestamp())) / 1000
+        properties = message.properties()
+        published = float(properties.get(ORIGIN_PUBLISH, message.publish_timestamp())) / 1000
+        deliveries = 1 + int(properties.get(RECONSUMETIMES, 0)) + int(properties.get(IN_USE_CHECKS, 0))
+        record = {
+            "id": workflow_id,
+            "outcome": outcome,
+            "deliveries": deliveries,
+            "latency_ms": (now - published) * 1000,
+            "acked": now,
+            **({"reason": reason} if reason else {}),
+        }
         with self.lock:
             self.outcomes[outcome] += 1
-            self.latencies_ms.append((now - published) * 1000)
-            self.ack_times.append(now)
+            self.messages.append(record)
             self.done += 1
             self.last_ack = now
 
@@ -308,6 +376,18 @@ class Pip186Consumer:
 
 class _VersionChanged(TransientError):
     """The znode changed between verify and delete: reconsume the whole message."""
+
+
+class _InUse(Exception):
+    """Something still references the ledger: the in-use grace."""
+
+
+class _Decided(Exception):
+    """The verification decided the outcome (not found, mismatch, not Pulsar's)."""
+
+    def __init__(self, outcome: Outcome) -> None:
+        super().__init__(outcome.value)
+        self.outcome = outcome
 
 
 def main() -> None:
@@ -324,11 +404,19 @@ def main() -> None:
         default=10.0,
         help="resubscribe after this long without a message while holding none (0: never)",
     )
+    parser.add_argument(
+        "--in-use-report", type=Path, help="append the workflow id of each request found in use to this file"
+    )
     args = parser.parse_args()
     rate = faults.install()
     settings = Settings()
     consumer = Pip186Consumer(
-        settings, args.reconsume_seconds, args.max_reconsume, args.concurrency, args.resubscribe_idle_seconds
+        settings,
+        args.reconsume_seconds,
+        args.max_reconsume,
+        args.concurrency,
+        args.resubscribe_idle_seconds,
+        args.in_use_report,
     )
     print("pip186 consumer ready", flush=True)
     try:
@@ -339,8 +427,7 @@ def main() -> None:
                 {
                     "done": consumer.done,
                     "outcomes": dict(consumer.outcomes),
-                    "latencies_ms": consumer.latencies_ms,
-                    "ack_times": consumer.ack_times,
+                    "messages": consumer.messages,
                     "reconsumed": consumer.reconsumed,
                     "resubscribed": consumer.resubscribed,
                     "faults_injected": faults.injected,
