@@ -179,10 +179,10 @@ class BookKeeperActivities:
     ) -> tuple[list[ml_pb.ManagedLedgerInfo.LedgerInfo], str]:
         """The ledger's entries (more than one only in damaged metadata) in its ManagedLedgerInfo, read
         from Pulsar's metadata store, or none and why. The store speaks for the topic only when its ledger
-        list is the one its owner broker reported (``owner_digest``; "" from a pulsar pool older than the
-        comparison: not trusted): a wrong store (another cluster's copy, a restored snapshot) or a list that
-        changed in between is not trusted, and the workflow asks again after its grace timer (after the
-        last one the objects are kept; reconcile finds them later)."""
+        list is the one its owner broker reported (``owner_digest``; "" matches no list): a wrong store
+        (another cluster's copy, a restored snapshot) or a list that changed in between is not trusted, and
+        the workflow asks again after its grace timer (after the last one the objects are kept; reconcile
+        finds them later)."""
         name = request.managed_ledger_name
         data = self._pulsar_metadata.read_managed_ledger(name)
         if data is None:

@@ -1,12 +1,13 @@
 """Inputs and outputs of the workflow and of every activity: one dataclass in, one out.
 
-Pure module (no I/O) shared by workflow code and activity code. Fields added later must have defaults: the
-Temporal data converter fills missing fields from defaults and fails on missing required ones, so histories
-recorded by older workers keep replaying.
+Pure module (no I/O) shared by workflow code and activity code. These dataclasses are what Temporal records
+in a workflow's history, so changing them is changing the workflow: the versioning rule in
+``workflows/ledger_deletion.py`` applies (from the first release on, a field added to a recorded dataclass
+needs a default, which the data converter fills in for histories recorded without it).
 
 No ``from __future__ import annotations`` here or in ``request.py``: the data converter calls
-``typing.get_type_hints`` on each dataclass it decodes, and string annotations are compiled anew every time
-(decoding a ``DeletionInput`` took 272 µs with them, 123 µs without).
+``typing.get_type_hints`` on each dataclass it decodes, and string annotations would be compiled anew on
+every decode, on the workflow worker's hot path.
 """
 
 from dataclasses import dataclass, field
@@ -61,8 +62,7 @@ class DeletionPolicy:
     in_use_rechecks: int = 3
     in_use_recheck_seconds: float = 60.0
     ack_schedule_to_start_seconds: float = 120.0
-    # Start-to-close timeouts of single steps, by step name; the others get activity_timeout_seconds. Runs
-    # started before this field existed carry an empty map and keep the one timeout they started with.
+    # Start-to-close timeouts of single steps, by step name; the others get activity_timeout_seconds.
     step_timeout_seconds: dict[str, float] = field(default_factory=dict)
 
     def retry_for(self, step: Step) -> RetrySpec:
@@ -78,15 +78,14 @@ class MessageRef:
 
     message_id: str  # str(pulsar MessageId), the key of that process's pending-ack registry
     ack_queue: str  # task queue of the receiving process's ack worker
+    # Where the message came from, for whoever reads the history ("" and 0 when the ingest sweeper hands a
+    # held message to a new run: it keeps only the message id).
     topic: str = ""
     redelivery_count: int = 0
-    # The message's own checkLedgerStillInUse: a message that joins a run started without the check can
-    # still ask for it (older senders leave it out: False, as before).
-    check_ledger_still_in_use: bool = False
-    # The message's own request, sent with a message that joins a run (the first message's is the run's
-    # input). A joining request that differs from every request the run has decided is decided on its own
-    # before its message is acked: a forged or stale request for the same ledger must not answer for the
-    # real one. None from older ingests: taken as the run's own request, as before.
+    # The message's own request, sent with a message that joins a run; None for the run's first message,
+    # whose request is the run's input (not sent twice). A joining request that differs from every request
+    # the run has decided is decided on its own before its message is acked: a forged or stale request for
+    # the same ledger must not answer for the real one. Its checkLedgerStillInUse counts for the run too.
     request: PendingDeleteLedgerInfo | None = None
     # Read from the system topic, which only the broker writes. Past the run's limit of joined decisions,
     # such a request is still decided: a tenant flooding one ledger id cannot push the broker's out.
@@ -99,14 +98,10 @@ class MessageRef:
 @dataclass(frozen=True)
 class DeletionInput:
     request: PendingDeleteLedgerInfo
-    policy: DeletionPolicy = field(default_factory=DeletionPolicy)
-    # The message that started this run. Later messages for the same ledger join by signal; runs started by
-    # signal-with-start (before this field existed) got their first message that way too and carry None.
-    first_message: MessageRef | None = None
-    # The outcome search attributes are written with the completion instead of before the acks (cheaper for
-    # the server, see the workflow's _publish_outcome). Runs started before this field existed carry False and
-    # keep the old order, so their histories still replay; without a patch marker, which would cost an upsert.
-    outcome_with_completion: bool = False
+    policy: DeletionPolicy
+    # The message that started this run, carried in the start rather than signalled (one event fewer per
+    # deletion, and the start can be eager). Later messages for the same ledger join by signal.
+    first_message: MessageRef
 
 
 @dataclass(frozen=True)
@@ -185,9 +180,9 @@ class AskOwnerBrokerResult:
     # this topic only when its list gives the same: not another cluster's copy, not a stale snapshot.
     listed_digest: str = ""
     # The owner refuses to load the topic (a transaction-internal managed ledger: the coordinator's log, a
-    # pending-ack store), so it cannot say what the topic references. Reported with ``in_use`` True, which
-    # is what a workflow older than this field then reads; a newer one lets Pulsar's metadata store decide
-    # a BookKeeper ledger, and dead-letters an offloaded one.
+    # pending-ack store), so it cannot say what the topic references. ``in_use`` stays True (nothing says
+    # the ledger is unused); the workflow lets Pulsar's metadata store decide a BookKeeper ledger, and
+    # dead-letters an offloaded one.
     owner_cannot_load: bool = False
 
 
@@ -204,8 +199,8 @@ class VerifyBkMetadataInput:
     # Also read the ledger's entry in its ManagedLedgerInfo (Pulsar's metadata store): has the broker
     # released the BookKeeper copy of this offloaded ledger?
     check_bk_copy_released: bool = False
-    # The owner's ``listed_digest``: the ManagedLedgerInfo read must list the same ledgers ("", from a pulsar
-    # pool older than the comparison: not trusted, the copy is kept).
+    # With ``check_bk_copy_released``: the owner's ``listed_digest``. The ManagedLedgerInfo read must list the
+    # same ledgers, or it is not trusted and the copy is kept ("" matches no list).
     owner_listed_digest: str = ""
 
 
@@ -233,7 +228,7 @@ class VerifyBkMetadataResult:
 @dataclass(frozen=True)
 class OffloadSupersededInput:
     request: PendingDeleteLedgerInfo  # an OFFLOAD_LEDGER request whose ledger its topic still lists
-    owner_listed_digest: str = ""  # as in VerifyBkMetadataInput
+    owner_listed_digest: str  # as in VerifyBkMetadataInput
 
 
 @dataclass(frozen=True)

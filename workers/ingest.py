@@ -275,7 +275,6 @@ class Ingestor:
                 ack_queue=self.ack_queue,
                 topic=message.topic_name(),
                 redelivery_count=message.redelivery_count(),
-                check_ledger_still_in_use=request.check_ledger_still_in_use,
                 from_system_topic=is_system_topic(message.topic_name(), self.system_topic),
             )
             try:
@@ -356,12 +355,7 @@ class Ingestor:
             try:
                 await self._start_or_join(
                     handoff.request,
-                    MessageRef(
-                        key,
-                        self.ack_queue,
-                        check_ledger_still_in_use=handoff.request.check_ledger_still_in_use,
-                        from_system_topic=handoff.from_system_topic,
-                    ),
+                    MessageRef(key, self.ack_queue, from_system_topic=handoff.from_system_topic),
                 )
             except WorkflowStartRejected as exc:
                 # Taken once, refused now (a search attribute removed, a lower size limit). The original
@@ -474,7 +468,7 @@ class Ingestor:
 
         A payload codec, if the client has one, still runs on it (compression only makes it smaller).
         """
-        value = DeletionInput(request, self.policy, first_message=ref, outcome_with_completion=True)
+        value = DeletionInput(request, self.policy, first_message=ref)
         [payload] = self.temporal.data_converter.payload_converter.to_payloads([value])
         if (size := payload.ByteSize()) > MAX_WORKFLOW_INPUT_BYTES:
             raise WorkflowStartRejected(

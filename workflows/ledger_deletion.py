@@ -3,10 +3,18 @@
 Deterministic code only. Activities are called by name with an explicit result type, so this module imports
 no I/O library (boto3 in a workflow module breaks the sandbox; kazoo and pulsar would be re-imported per run).
 
-Flow (see DESIGN.md): verify BK metadata ∥ check topic → ask the owner broker whether the ledger is still in
-use, re-asking on a durable timer during the in-use grace → compare-and-delete the znode (or delete the
-offloaded objects) → ack every message that joined. Exhausted retries or permanent errors dead-letter the
-request, which is then acked as well.
+Flow: verify BK metadata ∥ check topic → ask the owner broker whether the ledger is still in use, re-asking
+on a durable timer during the in-use grace → compare-and-delete the znode (or delete the offloaded objects)
+→ ack every message that joined. Exhausted retries or permanent errors dead-letter the request, which is
+then acked as well.
+
+Versioning. A run replays its history on the code of whichever worker picks it up, so a change to what this
+workflow does (its commands and their order, its inputs and results in ``ledger_deletion/contracts.py``)
+breaks the runs still open when it rolls out. ``tests/workflow/test_replay.py`` replays one recorded history
+per shape of run. Before 1.0 no run exists outside development: change the code, then re-record the
+histories (``python -m tests.workflow.record_histories``). From the first release on, every workflow change
+is versioned, behind ``workflow.patched("<id>")`` (the old path kept), a new input field with a default, or
+a new workflow type, and the new shape gets a history of its own, recorded next to the old ones, which stay.
 """
 
 from __future__ import annotations
@@ -58,15 +66,6 @@ with workflow.unsafe.imports_passed_through():
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
 STATUS_QUERY = "status"
-RECHECK_USE_AFTER_RACE = "recheck-use-after-version-race"  # workflow.patched id, 2026-11-25
-CHECK_USE_FOR_JOINED = "check-use-for-joined-message"  # workflow.patched id, 2026-11-25
-DELETE_RELEASED_BK_COPY = "delete-released-bk-copy"  # workflow.patched id, 2026-11-25
-DECIDE_JOINED_REQUESTS = "decide-joined-requests"  # workflow.patched id, 2026-11-25
-DELETE_SUPERSEDED_OFFLOAD = "delete-superseded-offload"  # workflow.patched id, 2026-11-25
-DECIDE_BROKER_PAST_LIMIT = "decide-broker-request-past-limit"  # workflow.patched id, 2026-11-25
-CHECK_METADATA_STORE = "check-metadata-store-listing"  # workflow.patched id, 2026-11-25
-REDECIDE_IN_USE_FOR_LATER_MESSAGES = "redecide-in-use-for-later-messages"  # workflow.patched id, 2026-11-25
-STORE_DECIDES_UNLOADABLE = "store-decides-unloadable-topic"  # workflow.patched id, 2026-11-25
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 # Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
 # a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
@@ -114,7 +113,6 @@ class LedgerDeletionWorkflow:
         # How many decisions had begun when each message arrived (decision i of ``_decided`` is the i-th to
         # begin): an in-use answer covers only the messages that arrived before its decision began.
         self._begun_at_arrival: dict[str, int] = {}
-        self._deciding_joined = False
         self._in_decision: PendingDeleteLedgerInfo | None = None  # the request _decide is working on
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
@@ -152,19 +150,14 @@ class LedgerDeletionWorkflow:
     async def run(self, inp: DeletionInput) -> DeletionResult:
         request, policy = inp.request, inp.policy
         self._own_request = request
-        if inp.first_message is not None:
-            self.add_message(inp.first_message)
+        self.add_message(inp.first_message)
         workflow.set_current_details(request.summary())
-        own = await self._decide(request, policy)
-        if not inp.outcome_with_completion:
-            _publish_outcome(own.outcome, own.failed_step)
+        await self._decide(request, policy)
         unacked = await self._ack_all(policy)
         self._step = Step.DONE
         everything = [decision for _, decision in self._decided]
         final = _weightiest(everything)
-        # Joined decisions may have upserted DeletionStep (waiting) after an early publish: publish again.
-        if inp.outcome_with_completion or len(everything) > 1:
-            _publish_outcome(final.outcome, final.failed_step)
+        _publish_outcome(final.outcome, final.failed_step)
         # Requests dead-lettered past the limit are counted, not listed: the result stays small.
         decisions = [d for d in everything if d.failed_step != JOIN_STEP]
         return DeletionResult(
@@ -189,11 +182,7 @@ class LedgerDeletionWorkflow:
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step, reason, deleted_keys = "", "", list[str]()
         self._in_decision = request
-        # Not ``_patched``: runs that decided joined requests without this exemption exist.
-        past_limit = len(self._decided) > MAX_JOINED_DECISIONS and not (
-            from_system_topic and workflow.patched(DECIDE_BROKER_PAST_LIMIT)
-        )
-        if past_limit:
+        if len(self._decided) > MAX_JOINED_DECISIONS and not from_system_topic:
             failed_step = JOIN_STEP
             reason = (
                 f"more than {MAX_JOINED_DECISIONS} other requests for this ledger joined one run: "
@@ -283,7 +272,7 @@ class LedgerDeletionWorkflow:
         the request or the owner says: the owner answers from memory, which a trim updates before the store,
         and a failed store write leaves it listed for the next owner to load. A listing read before the
         owner's answer or before a wait is read again (the ledger verified again) before it counts. Returns
-        the latest verification. Runs from before this check replay without it.
+        the latest verification.
         """
         owner_check = topic.exists and self._in_use_check_wanted(req)
         if not owner_check and not (verified is not None and verified.metadata_store_listing):
@@ -294,10 +283,7 @@ class LedgerDeletionWorkflow:
             nonlocal latest
             if owner_check and (where := await self._owner_reference(req, policy, latest is not None)):
                 return where
-            # The patch only when it changes the answer: no marker in a run the store never held back.
-            if not (
-                latest is not None and latest.metadata_store_listing and self._patched(CHECK_METADATA_STORE)
-            ):
+            if not (latest is not None and latest.metadata_store_listing):
                 return ""
             if owner_check or check:  # that listing was read before the owner's answer, or before a wait
                 latest = await self._verify(req, policy)
@@ -316,7 +302,7 @@ class LedgerDeletionWorkflow:
         An owner that refuses to load the topic (a transaction-internal managed ledger) cannot say. For a
         BookKeeper ledger (``store_decides``) Pulsar's metadata store then decides alone: a trim and a cursor
         switch write the store before they act on the ledger, so a ledger the store does not list is not
-        referenced. Anything else is dead-lettered. Runs from before this check replay without it.
+        referenced. Anything else is dead-lettered.
         """
         answer = await self._activity(
             Step.ASK_OWNER_BROKER,
@@ -325,7 +311,7 @@ class LedgerDeletionWorkflow:
             policy.pulsar_queue,
             policy,
         )
-        if answer.owner_cannot_load and self._patched(STORE_DECIDES_UNLOADABLE):
+        if answer.owner_cannot_load:
             if store_decides:
                 return ""
             raise ApplicationError(
@@ -359,13 +345,12 @@ class LedgerDeletionWorkflow:
         """Is the owner's listing only of the ledger's offloaded copy? It lists an offloaded ledger until
         retention trims it, reading it from tiered storage; once its ManagedLedgerInfo also says
         ``bookkeeperDeleted`` the broker has given up the BookKeeper copy, which this request may delete.
-        Only for the BookKeeper copy of a data ledger; runs from before this check replay without it."""
+        Only for the BookKeeper copy of a data ledger."""
         if not (
             answer.offloaded
             and answer.referenced_as == "ledgers"
             and req.ledger_type is LedgerType.LEDGER
             and req.ledger_component is LedgerComponent.MANAGED_LEDGER
-            and self._patched(DELETE_RELEASED_BK_COPY)
         ):
             return False
         released = await self._verify(
@@ -380,14 +365,13 @@ class LedgerDeletionWorkflow:
         owner's ledger list) store another offload uuid than the request's? A broker that replaces a failed
         offload attempt sends that attempt's objects here while it still lists the ledger, now under the new
         attempt's uuid; those objects are read by nothing. Only for a classic offload (one uuid per
-        ledger); runs from before this check replay without it."""
+        ledger)."""
         offload = req.context.offload_context if req.context else None
         if not (
             req.ledger_type is LedgerType.OFFLOAD_LEDGER
             and answer.referenced_as == "ledgers"
             and offload is not None
             and offload.has_uid
-            and self._patched(DELETE_SUPERSEDED_OFFLOAD)
         ):
             return False
         checked = await self._activity(
@@ -401,22 +385,10 @@ class LedgerDeletionWorkflow:
 
     def _in_use_check_wanted(self, req: PendingDeleteLedgerInfo) -> bool:
         """Asked for by the request, or by any message that joined before this point (whatever request it
-        brought: one message saying "check" is enough, and a check never deletes). Runs that got such a
-        message before the check honoured joined messages replay without it (the patch is only looked at
-        when it would change the answer)."""
-        if req.check_ledger_still_in_use:
-            return True
-        joined_asks = any(
-            ref.check_ledger_still_in_use or self._request_of(ref).check_ledger_still_in_use
-            for ref in self._refs.values()
+        brought: one message saying "check" is enough, and a check never deletes)."""
+        return req.check_ledger_still_in_use or any(
+            self._request_of(ref).check_ledger_still_in_use for ref in self._refs.values()
         )
-        return joined_asks and self._patched(CHECK_USE_FOR_JOINED)
-
-    def _patched(self, patch_id: str) -> bool:
-        """``workflow.patched``, but always on while deciding a joined request: that code is newer than every
-        earlier patch, and a run replayed across a deployment may have memoized an earlier patch as off,
-        which would decide the joined request as no fresh run would."""
-        return self._deciding_joined or workflow.patched(patch_id)
 
     async def _wait_until_schema_releases(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
@@ -479,9 +451,7 @@ class LedgerDeletionWorkflow:
                 return _VERDICT_OUTCOME[verified.verdict], verified.reason, []
             verified = await self._wait_until_schema_releases(req, policy, verified)
             # A ledger's metadata changes when someone writes, closes or recovers it: ask its owner again.
-            # Runs that raced before this check existed replay without it.
-            if self._patched(RECHECK_USE_AFTER_RACE):
-                verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
+            verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
         raise ApplicationError(
             f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
             type="MetadataKeepsChanging",
@@ -489,19 +459,17 @@ class LedgerDeletionWorkflow:
         )
 
     def _request_of(self, ref: MessageRef) -> PendingDeleteLedgerInfo:
-        """The request a message brought; the first message, and messages from older ingests, carry none:
-        theirs is the run's own."""
+        """The request a message brought; the first message carries none: its request is the run's input."""
         assert self._own_request is not None  # set first thing in run
         return ref.request if ref.request is not None else self._own_request
 
     def _is_decided(self, ref: MessageRef) -> bool:
-        """Has this run decided the message's request? Runs from before joined requests were decided on their
-        own replay without it (the patch is only looked at when it would change the answer).
+        """Has this run decided the message's request?
 
         A decision that kept the ledger as in use answers only the messages that arrived before it began:
         the broker sends a request again after the metadata update of its first send failed, and the
         update of the new send may have succeeded, so a message arriving later is decided again (with its
-        own grace). Runs from before this rule replay without it.
+        own grace).
         """
         request = self._request_of(ref)
         arrived_after = self._begun_at_arrival.get(_ref_key(ref), 0)
@@ -510,11 +478,7 @@ class LedgerDeletionWorkflow:
             for number, (decided, decision) in enumerate(self._decided, 1)
             if same_decision(request, decided)
         ]
-        if any(d.outcome is not Outcome.SKIPPED_IN_USE or number > arrived_after for d, number in same):
-            return True
-        if same:  # kept as in use only by answers given before this message arrived
-            return not workflow.patched(REDECIDE_IN_USE_FOR_LATER_MESSAGES)
-        return not workflow.patched(DECIDE_JOINED_REQUESTS)
+        return any(d.outcome is not Outcome.SKIPPED_IN_USE or number > arrived_after for d, number in same)
 
     # --- dead letter and acks ------------------------------------------------------------------------------
 
@@ -554,7 +518,6 @@ class LedgerDeletionWorkflow:
                     for ref in waiting
                     if same_decision(self._request_of(ref), undecided)
                 )
-                self._deciding_joined = True
                 await self._decide(undecided, policy, from_system_topic=from_system_topic)
                 continue
             by_queue: dict[str, list[MessageRef]] = defaultdict(list)

@@ -25,7 +25,7 @@ from ledger_deletion.policy import deletion_policy
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from tests.integration.ingest_loop import unpolled_ingestor
-from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, WORKFLOW_NAME
+from workflows.ledger_deletion import WORKFLOW_NAME
 
 pytestmark = pytest.mark.stack
 
@@ -78,11 +78,10 @@ async def test_sweeper_settles_messages_of_ended_workflows(
         pending.hold(key, consumer, message.message_id())
         await temporal_client.start_workflow(
             WORKFLOW_NAME,
-            DeletionInput(req, policy),  # topic and znode do not exist: ALREADY_DELETED at once where polled
+            # topic and znode do not exist: ALREADY_DELETED at once where polled
+            DeletionInput(req, policy, first_message=MessageRef(key, ingestor.ack_queue)),
             id=req.workflow_id,
             task_queue=queue,
-            start_signal=ADD_MESSAGE_SIGNAL,
-            start_signal_args=[MessageRef(key, ingestor.ack_queue)],
         )
         pending.bind(key, messaging.Handoff(req.workflow_id, req, time.monotonic() - 1000))
     # Another request for the completed run's ledger, which joined an earlier run of it that ended
@@ -157,7 +156,7 @@ async def test_sweeper_hands_the_message_of_a_deleted_execution_to_a_new_run(
             list(started.input.payloads), [DeletionInput]
         )
         assert rerun_input.request == req
-        assert rerun_input.first_message is not None and rerun_input.first_message.message_id == key
+        assert rerun_input.first_message.message_id == key
     finally:
         with contextlib.suppress(RPCError):
             await temporal_client.get_workflow_handle(req.workflow_id).terminate("test cleanup")

@@ -144,7 +144,7 @@ async def test_a_joining_message_carries_its_own_in_use_check(
     handle = temporal_client.get_workflow_handle(req.workflow_id)
     started = await started_input(temporal_client, handle)
     assert started.request.check_ledger_still_in_use is False
-    assert started.first_message is not None and started.first_message.check_ledger_still_in_use is False
+    assert started.first_message.request is None  # the first message's request is the input's
     history = await handle.fetch_history()
     [signal] = [
         e.workflow_execution_signaled_event_attributes
@@ -159,7 +159,6 @@ async def test_a_joining_message_carries_its_own_in_use_check(
         ingestor.ack_queue,
         ingestor.system_topic,
         0,
-        True,
         replace(req, check_ledger_still_in_use=True),
         from_system_topic=True,  # read from the system topic: the broker's
     )

@@ -213,26 +213,23 @@ class Harness:
         request: PendingDeleteLedgerInfo,
         refs: list[MessageRef] | None = None,
         policy: DeletionPolicy | None = None,
-        *,
-        outcome_with_completion: bool = True,
     ) -> WorkflowHandle[Any, DeletionResult]:
         refs = refs if refs is not None else [MessageRef(f"m-{uuid.uuid4().hex[:6]}", self.queue)]
-        # As the ingest does: the first message rides in the input, later ones join by signal.
+        # As the ingest does: the first message rides in the input, later ones join by signal with their
+        # request (the run's own unless a test gives another).
         handle = await self.client.start_workflow(
             LedgerDeletionWorkflow.run,
-            DeletionInput(
-                request,
-                policy or self.policy,
-                first_message=refs[0],
-                outcome_with_completion=outcome_with_completion,
-            ),
+            DeletionInput(request, policy or self.policy, first_message=refs[0]),
             id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
             task_queue=self.queue,
             search_attributes=search_attributes_for(request),
         )
         for ref in refs[1:]:
-            await handle.signal(ADD_MESSAGE_SIGNAL, ref)
+            await self.join(handle, ref if ref.request is not None else replace(ref, request=request))
         return handle
+
+    async def join(self, handle: WorkflowHandle[Any, DeletionResult], ref: MessageRef) -> None:
+        await handle.signal(ADD_MESSAGE_SIGNAL, ref)
 
 
 @pytest.fixture
@@ -370,16 +367,14 @@ async def test_an_offloaded_ledger_of_a_topic_its_owner_cannot_load_is_dead_lett
     assert result.messages_acked == 1
 
 
-@pytest.mark.parametrize(
-    "request_changes", [{}, {"check_ledger_still_in_use": False}], ids=["topic-gone", "no-check-asked"]
-)
+@pytest.mark.parametrize("check_asked", [True, False], ids=["topic-gone", "no-check-asked"])
 async def test_ledger_the_metadata_store_lists_is_kept_without_an_owner_to_ask(
-    harness: Harness, request_changes: dict[str, object]
+    harness: Harness, check_asked: bool
 ) -> None:
     """With the topic gone, or no in-use check asked for, the owner is not asked; the store still counts."""
-    harness.fakes.topic_exists = bool(request_changes)  # gone unless the request waives the check
+    harness.fakes.topic_exists = not check_asked  # gone unless the request waives the check
     harness.fakes.store_listed = [True]
-    result = await harness.run(data_request(**request_changes))
+    result = await harness.run(data_request(check_ledger_still_in_use=check_asked))
     assert result.outcome is Outcome.SKIPPED_IN_USE
     assert harness.fakes.calls["ask_owner_broker"] == 0
     assert harness.fakes.calls["verify_bk_metadata"] == 3  # first check + 2 re-checks
@@ -553,21 +548,18 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
     uses is kept. Without that second message's ask the run deletes without asking, as the first said."""
     harness.fakes.first_check_stalls_seconds = 1.0  # the second message joins while check_topic runs
     harness.fakes.in_use_answers = [True]
-    handle = await harness.start(
-        data_request(check_ledger_still_in_use=False),
-        refs=[MessageRef("first", harness.queue, check_ledger_still_in_use=False)],
-    )
+    request = data_request(check_ledger_still_in_use=False)
+    handle = await harness.start(request, refs=[MessageRef("first", harness.queue)])
 
     async def first_round_running() -> None:
         while harness.fakes.calls["check_topic"] < 1:
             await asyncio.sleep(0.02)
 
-    # Signalled once the first round runs (before, a signal could land in the first workflow task, before
-    # the decision began, and the test's count depended on which).
+    # Signalled once the first round runs: a signal landing in the first workflow task would arrive before
+    # the decision began, which then answers it too, and the count below would depend on the timing.
     await asyncio.wait_for(first_round_running(), timeout=10)
-    await handle.signal(
-        ADD_MESSAGE_SIGNAL, MessageRef("second", harness.queue, check_ledger_still_in_use=joined_asks)
-    )
+    second = replace(request, check_ledger_still_in_use=joined_asks)
+    await harness.join(handle, MessageRef("second", harness.queue, request=second))
     result = await asyncio.wait_for(handle.result(), timeout=30)
     if joined_asks:
         assert result.outcome is Outcome.SKIPPED_IN_USE
@@ -733,21 +725,10 @@ async def test_offloaded_ledger_goes_to_the_offload_step_only(harness: Harness) 
     assert harness.fakes.calls["verify_bk_metadata"] == 0 and harness.fakes.calls["delete_bk_ledger"] == 0
 
 
-async def test_status_query_reports_step_and_messages(harness: Harness, temporal_client: Client) -> None:
+async def test_status_query_reports_step_and_messages(harness: Harness) -> None:
     harness.fakes.in_use_answers = [True]
     policy = replace(harness.policy, in_use_rechecks=1, in_use_recheck_seconds=3)
-    request = data_request(ledger_id=77)
-    # Started by signal-with-start, as every run was before the first message rode in the input: runs of
-    # that kind may still be open when the new code rolls out, and must still ack their message.
-    handle = await temporal_client.start_workflow(
-        LedgerDeletionWorkflow.run,
-        DeletionInput(request, policy),
-        id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
-        task_queue=harness.queue,
-        start_signal=ADD_MESSAGE_SIGNAL,
-        start_signal_args=[MessageRef("q-1", harness.queue)],
-        search_attributes=search_attributes_for(request),
-    )
+    handle = await harness.start(data_request(ledger_id=77), policy=policy)
     for _ in range(50):
         status = await handle.query(LedgerDeletionWorkflow.status)
         if status.step == "wait_in_use":
@@ -798,24 +779,17 @@ async def test_a_quick_step_that_hangs_is_retried_after_its_own_timeout(harness:
 UPSERT_EVENT = "upsert_workflow_search_attributes_event_attributes"
 
 
-@pytest.mark.parametrize("with_completion", [True, False], ids=["with-completion", "runs-started-before"])
-async def test_outcome_attributes_are_written_with_the_completion(
-    harness: Harness, with_completion: bool
-) -> None:
+async def test_outcome_attributes_are_written_with_the_completion(harness: Harness) -> None:
     """The outcome rides in the workflow task that completes the run, after the acks: the server then writes
-    it with the close record instead of a visibility write of its own (docs/performance.md, change 13).
-    Runs started without the input field keep writing it before the acks, so their histories replay."""
-    handle = await harness.start(data_request(ledger_id=78), outcome_with_completion=with_completion)
+    it with the close record instead of a visibility write of its own."""
+    handle = await harness.start(data_request(ledger_id=78))
     assert (await handle.result()).outcome is Outcome.DELETED
     kinds = [event.WhichOneof("attributes") for event in (await handle.fetch_history()).events]
     upserts = [i for i, kind in enumerate(kinds) if kind == UPSERT_EVENT]
     scheduled = [i for i, kind in enumerate(kinds) if kind == "activity_task_scheduled_event_attributes"]
     assert len(upserts) == 1
-    if with_completion:
-        assert upserts[0] > scheduled[-1]  # after the ack activity, with the completion:
-        assert kinds[upserts[0] + 1] == "workflow_execution_completed_event_attributes"
-    else:
-        assert upserts[0] < scheduled[-1]  # before the ack activity was scheduled
+    assert upserts[0] > scheduled[-1]  # after the ack activity, with the completion:
+    assert kinds[upserts[0] + 1] == "workflow_execution_completed_event_attributes"
     attributes = (await handle.describe()).typed_search_attributes
     assert attributes.get(sa.DELETION_OUTCOME) == "DELETED" and attributes.get(sa.DELETION_STEP) == "done"
 
