@@ -1,7 +1,8 @@
-"""Workflow logic on the real Temporal dev server, with every activity replaced by name.
+"""Workflow logic on Temporal's test environment, with every activity replaced by name.
 
-Fast: no ZooKeeper, S3 or Pulsar. Each test runs a worker on its own task queue with fake activities that
-record their calls, and checks the outcome and which activities ran (or did not run).
+Fast: no ZooKeeper, S3 or Pulsar, only the dev server this tier starts for itself (``conftest.py``). Each
+test runs a worker on its own task queue with fake activities that record their calls, and checks the
+outcome and which activities ran (or did not run).
 """
 
 from __future__ import annotations
@@ -59,8 +60,6 @@ from ledger_deletion.request import (
 )
 from workers.ingest import search_attributes_for
 from workflows.ledger_deletion import ADD_MESSAGE_SIGNAL, MAX_JOINED_DECISIONS, LedgerDeletionWorkflow
-
-pytestmark = pytest.mark.stack
 
 
 @dataclass
