@@ -53,6 +53,7 @@ from reconcile.generator import ClusterSpec, GroundTruth, plan_cluster, write_pl
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
+WARMUP_SIZE = 1000
 MODES: dict[str, dict[str, Any]] = {
     "full": {"bk_metadata": "all", "multi_read": False},
     "ids": {"bk_metadata": "candidates", "multi_read": False},
@@ -445,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3-port", type=int, default=29000)
     parser.add_argument("--zk-heap", default="6g")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured run that warms the JVM")
     parser.add_argument("--regenerate", action="store_true")
     args = parser.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
@@ -472,6 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session("local[2]", shuffle_partitions=8)
     spark.range(1).count()
     spark_start_s = time.monotonic() - started
+    if not args.no_warmup:
+        # The JVM's first queries run slower (class loading, JIT): pay that on a small cluster, unmeasured.
+        warm = {
+            **generate(state, WARMUP_SIZE, servers.zookeeper, servers.s3_endpoint, False),
+            "state": str(state),
+        }
+        measure(warm, "ids+multi", out / "warmup", servers, spark)
     rows: list[dict[str, Any]] = []
     for entry in entries:
         for round_ in range(args.rounds):
