@@ -10,6 +10,7 @@ decides retryability in exactly one place::
     │   ├── MetadataStoreUnavailable   ZooKeeper connection loss / timeouts
     │   ├── ObjectStoreUnavailable     S3 5xx, throttling, connection errors
     │   ├── AdminApiUnavailable        Pulsar admin 5xx, timeouts, connection errors
+    │   │   └── RedirectRefused        a redirect out of the configured cluster, or not Pulsar's 307
     │   ├── MessagingUnavailable       Pulsar client send/ack failures
     │   ├── DeletionNotConfirmed       objects still visible after DeleteObjects
     │   ├── BucketNotFound             offload bucket not at the configured S3 endpoint / region
@@ -45,6 +46,13 @@ class ObjectStoreUnavailable(TransientError):
 
 class AdminApiUnavailable(TransientError):
     """The Pulsar admin REST API answered 5xx, timed out, or could not be reached."""
+
+
+class RedirectRefused(AdminApiUnavailable):
+    """The admin API redirected somewhere this service does not follow: not a 307, a scheme downgrade, or a
+    host outside the configured cluster (a V1 global namespace owned by a peer cluster). Nothing is sent
+    there. Retried like any admin failure (a broker that joined the cluster is listed on the next read of
+    its broker list), then dead-lettered with this reason."""
 
 
 class MessagingUnavailable(TransientError):

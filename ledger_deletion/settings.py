@@ -118,8 +118,9 @@ class Settings(BaseSettings):
     )
     pulsar_token: SecretStr | None = Field(
         default=None,
-        description="Bearer token for the Pulsar client and the admin REST, re-sent on redirects only to the "
-        "same host or a trusted broker; unset: no authentication.",
+        description="Bearer token for the Pulsar client and the admin REST, sent on a redirect only to a "
+        "broker of the cluster (LEDGER_DELETION_PULSAR_CLUSTER, LEDGER_DELETION_ADMIN_TRUSTED_HOSTS); unset: "
+        "no authentication.",
     )
     topic: str = Field(
         default=DEFAULT_TOPIC, description="The deletion topic (partitioned) PIP-186 publishes to."
@@ -145,6 +146,17 @@ class Settings(BaseSettings):
     )
     admin_max_redirects: int = Field(
         default=5, ge=0, description="Redirects (307 to the owner broker) followed per admin REST call."
+    )
+    pulsar_cluster: str = Field(
+        default="",
+        description="The Pulsar cluster the admin URL's brokers belong to: a 307 is followed to the active "
+        "brokers it lists (/admin/v2/brokers/<cluster>, needs a super-user token where authorization is "
+        "on); empty: only to the admin URL's own address and LEDGER_DELETION_ADMIN_TRUSTED_HOSTS.",
+    )
+    admin_trusted_hosts: str = Field(
+        default="",
+        description="Other admin addresses of this cluster's brokers a 307 may lead to, comma-separated, "
+        "each host (any port) or host:port; a redirect anywhere else is refused and retried.",
     )
 
     # BookKeeper metadata in ZooKeeper
@@ -320,6 +332,10 @@ class Settings(BaseSettings):
     @classmethod
     def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
         return _known_steps(value, TIMED_STEPS)
+
+    @property
+    def admin_trusted_host_set(self) -> frozenset[str]:
+        return frozenset(host.lower() for host in _split(self.admin_trusted_hosts))
 
     @property
     def pulsar_token_value(self) -> str | None:

@@ -73,6 +73,8 @@ def admin_client(settings: Settings, threads: int) -> PulsarAdminClient:
         settings.pulsar_token_value,
         settings.admin_timeout_seconds,
         settings.admin_max_redirects,
+        trusted_hosts=settings.admin_trusted_host_set,
+        cluster=settings.pulsar_cluster,
         max_connections=threads,
     )
 

@@ -1,18 +1,24 @@
 """Pulsar admin REST client (httpx): the few read-only calls the service needs.
 
-Redirects are followed by hand: ``httpx``/``requests`` drop the ``Authorization`` header when a redirect
-changes host or port, but a Pulsar broker answers 307 to send us to the topic's owner, which is another broker
-of the same cluster. Rule: the bearer token is re-sent to a redirect target only when the scheme is not
-downgraded (https→http never) and the target host is the configured admin host or one of
-``trusted_hosts`` (the cluster's brokers). Any other target is refused with an error, never contacted
-with the token.
+Redirects are followed by hand, and only into the configured cluster. A broker that does not own a topic's
+bundle answers 307 with the owner's web service URL (PulsarWebResource.validateTopicOwnershipAsync:
+``Response.temporaryRedirect``, the request URI with the owner's host and port); that is the only redirect
+Pulsar's topic endpoints send, so 301/302/303/308 are never followed. A 307 is followed only to a broker of
+the configured cluster: the configured admin URL's own address, an address listed in ``trusted_hosts``, or a
+broker the cluster itself lists as active (``GET /admin/v2/brokers/<cluster>``, BrokersBase.getActiveBrokers,
+asked of the configured admin URL only) — and never from https to http. Elsewhere a 307 can lead: a V1
+global namespace replicated to a peer cluster redirects there (validateGlobalNamespaceOwnership), whose
+brokers answer about their own metadata, not ours. Such a redirect is refused before anything is sent (the
+bearer token included), so no answer from outside the cluster can say that a topic is gone.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 import httpx
 
@@ -20,9 +26,15 @@ from ledger_deletion.errors import (
     AdminApiUnavailable,
     AuthorizationError,
     InvalidRequestError,
+    RedirectRefused,
 )
 
 REDIRECT_CODES = {301, 302, 303, 307, 308}
+OWNER_REDIRECT = 307
+# The cluster's broker list is read again when a redirect names a broker not on it, at most this often: a
+# broker that just took over a bundle in a rolling restart registered before it did.
+BROKER_LIST_REFRESH_SECONDS = 10.0
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # What a broker sends when a resource resumes its AsyncResponse with an exception no ExceptionMapper maps
 # (Pulsar's WebService.addResourceServlet registers none but UnrecognizedPropertyExceptionMapper): Jersey 2's
@@ -75,11 +87,18 @@ class PulsarAdminClient:
     token: str | None = None
     timeout_seconds: float = 10.0
     max_redirects: int = 5
+    # Admin addresses a 307 may lead to besides the cluster's listed brokers: "host" (any port) or
+    # "host:port" (LEDGER_DELETION_ADMIN_TRUSTED_HOSTS).
     trusted_hosts: frozenset[str] = frozenset()
+    # The cluster whose active brokers a 307 may lead to (LEDGER_DELETION_PULSAR_CLUSTER); "" lists none.
+    cluster: str = ""
     # As many as the threads calling at once: past httpx's default of 20 kept alive, each extra call opened
     # and closed a TCP connection of its own (and a TLS session, in production).
     max_connections: int = 20
     _http: httpx.Client = field(init=False, repr=False)
+    _brokers: frozenset[tuple[str, int]] = field(default=frozenset(), init=False, repr=False)
+    _brokers_read_at: float | None = field(default=None, init=False, repr=False)
+    _brokers_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._http = httpx.Client(
@@ -168,35 +187,99 @@ class PulsarAdminClient:
 
     def _get(self, path: str, params: dict[str, str], *, unmapped_500_ok: bool = False) -> AdminResponse:
         url = urljoin(self.base_url.rstrip("/") + "/", path.lstrip("/"))
-        first = urlsplit(url)
         query: dict[str, str] | None = params
         for _ in range(self.max_redirects + 1):
-            headers = {"Accept": "application/json"}
-            if self.token and self._may_send_token(first, urlsplit(url)):
-                headers["Authorization"] = f"Bearer {self.token}"
-            try:
-                response = self._http.get(url, params=query, headers=headers)
-            except httpx.RequestError as exc:  # connection refused or reset, timeout, a body cut short
-                raise AdminApiUnavailable(
-                    f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}"
-                ) from exc
+            response = self._send(url, query)
             if response.status_code in REDIRECT_CODES:
-                location = response.headers.get("location")
-                if not location:
-                    raise AdminApiUnavailable(f"redirect without Location from {urlsplit(url).netloc}")
-                url, query = urljoin(url, location), None  # Location carries the full query
-                if self.token and not self._may_send_token(first, urlsplit(url)):
-                    raise AuthorizationError(
-                        f"refusing to follow redirect to untrusted {urlsplit(url).netloc}"
-                    )
+                url, query = self._redirect_target(url, response), None  # Location carries the full query
                 continue
             return self._interpret(response, url, unmapped_500_ok=unmapped_500_ok)
         raise AdminApiUnavailable(f"more than {self.max_redirects} redirects for {path}")
 
-    def _may_send_token(self, first: Any, target: Any) -> bool:
-        if first.scheme == "https" and target.scheme != "https":
+    def _send(self, url: str, query: dict[str, str] | None) -> httpx.Response:
+        """One GET, with the token: every URL sent to is the configured one or a trusted redirect target."""
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            return self._http.get(url, params=query, headers=headers)
+        except httpx.RequestError as exc:  # connection refused or reset, timeout, a body cut short
+            raise AdminApiUnavailable(
+                f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}"
+            ) from exc
+
+    def _redirect_target(self, url: str, response: httpx.Response) -> str:
+        """Where a redirect leads, if it may be followed (see the module docstring).
+
+        Raises:
+            RedirectRefused: not a 307, no Location, a scheme downgrade, or a target outside the cluster.
+            AdminApiUnavailable: the cluster's broker list could not be read.
+        """
+        here = urlsplit(url).netloc
+        if response.status_code != OWNER_REDIRECT:
+            raise RedirectRefused(
+                f"admin API {here} answered {response.status_code}, a redirect Pulsar's topic endpoints "
+                "never send (only 307 to the owner broker is followed)"
+            )
+        location = response.headers.get("location")
+        if not location:
+            raise RedirectRefused(f"307 without Location from {here}")
+        target = urlsplit(urljoin(url, location))
+        origin = urlsplit(self.base_url)
+        if origin.scheme == "https" and target.scheme != "https":
+            raise RedirectRefused(f"refusing a redirect from https to {target.scheme}://{target.netloc}")
+        if target.scheme not in DEFAULT_PORTS or not target.hostname:
+            raise RedirectRefused(f"refusing a redirect to {location[:120]!r}")
+        if not self._in_cluster(target, origin):
+            raise RedirectRefused(
+                f"refusing to follow a redirect to {target.netloc}: not a broker of "
+                f"{self.cluster or 'the configured admin URL'}'s cluster (a V1 global namespace redirects to "
+                "the peer cluster that owns it; list a broker of ours in LEDGER_DELETION_ADMIN_TRUSTED_HOSTS)"
+            )
+        return str(target.geturl())
+
+    def _in_cluster(self, target: SplitResult, origin: SplitResult) -> bool:
+        host, port = _address(target)
+        if (host, port) == _address(origin) or {host, f"{host}:{port}"} & self.trusted_hosts:
+            return True
+        if not self.cluster:
             return False
-        return bool(target.hostname == first.hostname or target.hostname in self.trusted_hosts)
+        brokers = self._cluster_brokers(refresh=False)
+        if not _listed(brokers, host, port, target.scheme):
+            brokers = self._cluster_brokers(refresh=True)
+        return _listed(brokers, host, port, target.scheme)
+
+    def _cluster_brokers(self, *, refresh: bool) -> frozenset[tuple[str, int]]:
+        """The web service addresses of the cluster's active brokers, from the configured admin URL (never
+        from a redirect target: a 307 there means that URL is not in ``cluster``)."""
+        with self._brokers_lock:
+            now = time.monotonic()
+            fresh = self._brokers_read_at is not None and (
+                not refresh or now - self._brokers_read_at < BROKER_LIST_REFRESH_SECONDS
+            )
+            if fresh:
+                return self._brokers
+            url = urljoin(self.base_url.rstrip("/") + "/", f"admin/v2/brokers/{quote(self.cluster, safe='')}")
+            response = self._send(url, None)
+            if response.status_code in (401, 403):
+                raise AuthorizationError(
+                    f"admin API {urlsplit(url).netloc} refused the broker list of {self.cluster} "
+                    f"({response.status_code}): a 307 can be followed only with it"
+                )
+            if response.status_code != 200:
+                raise AdminApiUnavailable(
+                    f"cannot read cluster {self.cluster}'s brokers from {urlsplit(url).netloc}: "
+                    f"{response.status_code} {response.text[:200]}"
+                )
+            try:
+                listed = response.json()
+            except ValueError as exc:
+                raise AdminApiUnavailable(f"cluster {self.cluster}'s broker list is not JSON") from exc
+            if not isinstance(listed, list):
+                raise AdminApiUnavailable(f"cluster {self.cluster}'s broker list is not a list")
+            self._brokers = frozenset(_address(urlsplit(f"//{entry}")) for entry in listed)
+            self._brokers_read_at = now
+            return self._brokers
 
     @staticmethod
     def _interpret(response: httpx.Response, url: str, *, unmapped_500_ok: bool = False) -> AdminResponse:
@@ -233,6 +316,18 @@ class PulsarAdminClient:
             return AdminResponse(found=True, body=response.json(), served_by=served_by)
         except ValueError as exc:
             raise AdminApiUnavailable(f"admin API {parts.netloc} sent invalid JSON") from exc
+
+
+def _address(parts: SplitResult) -> tuple[str, int]:
+    """(host, port) of a URL, the scheme's default port when none is given."""
+    return (parts.hostname or "").lower(), parts.port or DEFAULT_PORTS.get(parts.scheme, 80)
+
+
+def _listed(brokers: frozenset[tuple[str, int]], host: str, port: int, scheme: str) -> bool:
+    """Is ``host:port`` one of the listed brokers? A broker is listed at its plain web port when it has one
+    (its id is advertisedAddress:webServicePort), while a redirect over https names its TLS port: over https
+    the listed host is enough, the certificate proves it."""
+    return (host, port) in brokers or (scheme == "https" and any(host == h for h, _ in brokers))
 
 
 def _is_pulsar_error(response: httpx.Response) -> bool:

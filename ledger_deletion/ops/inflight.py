@@ -93,7 +93,12 @@ async def running_by_tenant(client: Client, tenant: str | None) -> Counter[str]:
 def subscription_backlog(settings: Settings, topics: list[str]) -> dict[str, int]:
     """Backlog of the service's subscription per topic, from the admin REST (raises when unavailable)."""
     admin = PulsarAdminClient(
-        settings.pulsar_admin_url, settings.pulsar_token_value, settings.admin_timeout_seconds
+        settings.pulsar_admin_url,
+        settings.pulsar_token_value,
+        settings.admin_timeout_seconds,
+        settings.admin_max_redirects,
+        trusted_hosts=settings.admin_trusted_host_set,
+        cluster=settings.pulsar_cluster,
     )
     try:
         return {topic: admin.subscription_backlog(topic, settings.subscription) for topic in topics}

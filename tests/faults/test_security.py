@@ -1,9 +1,9 @@
 """Security review (issue 5 §4), checked in code.
 
-1. The admin token follows a redirect only within the trust domain. Rule (``adapters/pulsar_admin.py``):
-   the bearer token is sent to a redirect target only when the scheme is not downgraded (https → http
-   never) and the target host is the configured admin host (any port: the cluster's brokers behind one
-   name) or listed in ``trusted_hosts``; a redirect anywhere else is refused before it is followed.
+1. The admin token follows a redirect only within the cluster. Rule (``adapters/pulsar_admin.py``): only
+   a 307 is followed, never from https to http, and only to the configured admin address, a host listed in
+   ``trusted_hosts`` or a broker the cluster lists; a redirect anywhere else is refused before anything
+   is sent there (tests/unit/test_admin_redirects.py has every case).
 2. No secret (Pulsar token, ZooKeeper digest) in logs, spans, search attributes, workflow histories or
    dead-letter properties, on a real run that deletes, skips and dead-letters.
 3. ZooKeeper operations stay under the ledgers root (reads, deletes, and the pruning of empty parents).
@@ -34,7 +34,7 @@ from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerStore
 from ledger_deletion.contracts import Outcome
-from ledger_deletion.errors import AuthorizationError, ConfigurationError
+from ledger_deletion.errors import ConfigurationError, RedirectRefused
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
 from ledger_deletion.formats.bk_paths import is_under_root, ledger_path
 from ledger_deletion.formats.offload_keys import offload_keys_for_context
@@ -78,7 +78,8 @@ def redirect_to(url: str) -> httpx.Response:
     return httpx.Response(307, headers={"Location": url})
 
 
-def test_token_follows_a_redirect_to_another_broker_of_the_same_host() -> None:
+def test_token_never_follows_a_redirect_to_another_port_of_the_same_host() -> None:
+    """Another port of the admin host is another service until the cluster lists a broker there."""
     admin, seen = admin_with(
         {
             "broker:8080": redirect_to("http://broker:8081/admin/v2/persistent/t/n/x/internalStats"),
@@ -86,8 +87,9 @@ def test_token_follows_a_redirect_to_another_broker_of_the_same_host() -> None:
         },
         "http://broker:8080",
     )
-    assert admin.internal_stats("t/n/x").found
-    assert [r.headers.get("Authorization") for r in seen] == [f"Bearer {TOKEN}"] * 2
+    with pytest.raises(RedirectRefused):
+        admin.internal_stats("t/n/x")
+    assert [r.url.netloc.decode() for r in seen] == ["broker:8080"]
 
 
 def test_token_follows_a_redirect_to_a_trusted_broker() -> None:
@@ -116,7 +118,7 @@ def test_token_never_follows_a_redirect_out_of_the_trust_domain(base: str, targe
     admin, seen = admin_with(
         {netloc: redirect_to(target), urlsplit(target).netloc: httpx.Response(200)}, base
     )
-    with pytest.raises(AuthorizationError):
+    with pytest.raises(RedirectRefused):
         admin.internal_stats("t/n/x")
     assert [r.url.netloc.decode() for r in seen] == [netloc]  # the target was never contacted
 

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 DEFAULT_BUCKET = "pulsar-offload"
+CLUSTER = "standalone"  # the cluster the admin emulator's two brokers belong to (its default)
 DEFAULT_PARTITIONS = 4  # pulsar-lite gives every auto-created topic this many partitions
 S3_REGION = "us-east-1"
 # moto accepts any credentials; these only have to exist so boto3 signs requests.
@@ -133,10 +134,19 @@ class StackEndpoints:
             temporal_address=self.temporal_address,
             pulsar_url=self.pulsar_url,
             pulsar_admin_url=self.pulsar_admin_url,
+            pulsar_cluster=CLUSTER,
+            admin_trusted_hosts=self.owner_broker_address,
             zookeeper=self.zookeeper,
             s3_endpoint=self.s3_endpoint,
             offload_bucket=self.offload_bucket,
         ).with_overrides(**overrides)
+
+    @property
+    def owner_broker_address(self) -> str:
+        """Broker B's host:port, where 307s from broker A lead: a broker of this stack's cluster. (Listed as
+        trusted as well as served by the emulator's broker list, so that a stack started before the emulator
+        listed its brokers keeps following them.)"""
+        return self.pulsar_admin_owner_url.split("://", 1)[-1]
 
     def as_env(self) -> dict[str, str]:
         """The environment that points the service (``ledger_deletion.settings``) at this stack."""
@@ -144,6 +154,8 @@ class StackEndpoints:
             "TEMPORAL_ADDRESS": self.temporal_address,
             "LEDGER_DELETION_PULSAR_URL": self.pulsar_url,
             "LEDGER_DELETION_PULSAR_ADMIN_URL": self.pulsar_admin_url,
+            "LEDGER_DELETION_PULSAR_CLUSTER": CLUSTER,
+            "LEDGER_DELETION_ADMIN_TRUSTED_HOSTS": self.owner_broker_address,
             "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
             "LEDGER_DELETION_S3_ENDPOINT": self.s3_endpoint,
             "LEDGER_DELETION_OFFLOAD_BUCKET": self.offload_bucket,
@@ -442,6 +454,8 @@ class Stack:
                 str(p.admin_owner),
                 "--pulsar-metrics",
                 f"http://{HOST}:{p.pulsar_metrics}/metrics",
+                "--cluster",
+                CLUSTER,
             ],
             markers=("devstack.admin_emulator", str(p.admin)),
             ports=(p.admin, p.admin_owner),
