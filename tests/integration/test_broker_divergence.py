@@ -120,7 +120,9 @@ ROLLING_RESTART = [
         Fault(endpoint="internalStats", times=2, reason="Can't find owner for topic persistent://x"),
         id="412-cant-find-owner",
     ),
-    pytest.param(Fault(endpoint="internalStats", times=2, status=503, reason="Service unavailable"), id="503"),
+    pytest.param(
+        Fault(endpoint="internalStats", times=2, status=503, reason="Service unavailable"), id="503"
+    ),
     pytest.param(Fault(endpoint="internalStats", times=2, drop_connection=True), id="connection-dropped"),
     pytest.param(Fault(endpoint="internal-info", times=2), id="412-on-check-topic"),
 ]
