@@ -2,8 +2,9 @@
 
 Modules, one concern each:
 
-* :mod:`reconcile.extract` — parallel, restartable scan of ZooKeeper (BK ledgers, Pulsar references) and the
-  offload bucket(s) into Parquet;
+* :mod:`reconcile.extract` — parallel, restartable scan of ZooKeeper (BK ledger ids, Pulsar references, the
+  metadata of the unreferenced ledgers) and the offload bucket(s) into Parquet;
+* :mod:`reconcile.zk_reads` — batched ZooKeeper reads (multi-read, or pipelined single reads);
 * :mod:`reconcile.transform` — pure ``DataFrame -> DataFrame`` reconciliation (anti-joins, classification,
   safety filters);
 * :mod:`reconcile.report` — counts and reclaimable bytes (terminal table + PNG chart);

@@ -134,7 +134,7 @@ class JobResult:
     # by key: the service will never delete them, an operator has to.
     unproven_offloads: list[dict[str, Any]] = field(default_factory=list)
     # Candidates that carry a reason (why a ledger the metadata still lists is an orphan): reason ->
-    # (count, bytes); today only bk-copy-of-offloaded-ledger.
+    # (count, bytes): bk-copy-of-offloaded-ledger, replaced-offload-attempt.
     candidate_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
@@ -219,6 +219,7 @@ def run(
             f"{extracted.rows.get(t, 0)} {t}"
             for t in (BK_LEDGER_IDS, BK_LEDGERS, OFFLOAD_OBJECTS, REFERENCES, OFFLOAD_CONTEXTS)
         )
+        + f"; {sum(extracted.zk_requests.values())} ZooKeeper requests"
     )
 
     # 2. reconcile ------------------------------------------------------------------------------------
