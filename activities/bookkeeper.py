@@ -215,15 +215,16 @@ class BookKeeperActivities:
     def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
         if deleted is None and activity.info().attempt > 1:
-            # An earlier attempt of this delete failed while or after sending it (connection lost, timed out)
-            # and the znode it verified is gone: that delete took effect. Nothing else deletes a ledger the
-            # broker has handed over to this service (under PIP-186 it sends its deletes here).
+            # An earlier attempt failed while or after sending its delete (connection lost, timed out), and
+            # the znode is gone: that delete may have taken effect, or something else removed the ledger
+            # (an operator, BookKeeper's own tools, a broker still deleting on its own). ZooKeeper keeps no
+            # record of which, so the outcome says it is gone, not that this service deleted it.
             log.info(
-                "ledger %d gone when attempt %d ran: deleted by an earlier attempt",
+                "ledger %d gone when attempt %d ran: deleted by an earlier attempt or by someone else",
                 inp.ledger_id,
                 activity.info().attempt,
             )
-            return DeleteBkLedgerResult(DeleteBkLedgerStatus.DELETED)
+            return DeleteBkLedgerResult(DeleteBkLedgerStatus.GONE_ON_RETRY)
         if deleted is None:
             return DeleteBkLedgerResult(DeleteBkLedgerStatus.ALREADY_DELETED)
         return DeleteBkLedgerResult(

@@ -247,7 +247,10 @@ class DeleteBkLedgerInput:
 
 class DeleteBkLedgerStatus(StrEnum):
     DELETED = "DELETED"
-    ALREADY_DELETED = "ALREADY_DELETED"
+    ALREADY_DELETED = "ALREADY_DELETED"  # no znode at the first attempt: someone else removed it
+    # No znode at a retry: the failed attempt's delete may have taken effect before its reply was lost, or
+    # something else removed the ledger; which of the two is not known, so it is not reported as deleted.
+    GONE_ON_RETRY = "GONE_ON_RETRY"
     VERSION_CHANGED = "VERSION_CHANGED"
 
 

@@ -74,6 +74,10 @@ MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many t
 # messages to a new run.
 MAX_JOINED_DECISIONS = 10
 JOIN_STEP = "join"  # the failed step of a joined request dead-lettered undecided
+GONE_ON_RETRY = (
+    "znode gone when a retried delete ran: removed by the failed attempt before its reply was lost, or by "
+    "something else; not known which"
+)
 
 _R = TypeVar("_R")
 
@@ -445,6 +449,8 @@ class LedgerDeletionWorkflow:
                 return Outcome.DELETED, "", []
             if deleted.status is DeleteBkLedgerStatus.ALREADY_DELETED:
                 return Outcome.ALREADY_DELETED, "znode disappeared before delete", []
+            if deleted.status is DeleteBkLedgerStatus.GONE_ON_RETRY:
+                return Outcome.ALREADY_DELETED, GONE_ON_RETRY, []
             # The znode changed since we checked it: what we verified is no longer what we would delete.
             verified = await self._verify(req, policy)
             if verified.verdict is not Verdict.MATCH:

@@ -141,9 +141,10 @@ async def test_a_lost_connection_while_pruning_parents_does_not_fail_the_delete(
     assert result.status is DeleteBkLedgerStatus.DELETED and zk.exists(path) is None
 
 
-async def test_a_retried_delete_that_finds_its_znode_gone_reports_it_deleted(bk, zk, new_ledger_id) -> None:
-    """Attempt 1 deleted the znode and lost the reply: attempt 2 finds nothing, and says DELETED, not that
-    someone else did it. A first attempt that finds nothing still says ALREADY_DELETED."""
+async def test_a_retried_delete_that_finds_its_znode_gone_says_so(bk, zk, new_ledger_id) -> None:
+    """The znode disappears after a first attempt failed: that attempt's delete or someone else removed it,
+    and nothing tells which. The retry says GONE_ON_RETRY, not DELETED. A first attempt that finds nothing
+    says ALREADY_DELETED."""
     ledger_id = new_ledger_id()
     put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
     verified = verify(bk, request(ledger_id))
@@ -153,7 +154,7 @@ async def test_a_retried_delete_that_finds_its_znode_gone_reports_it_deleted(bk,
     assert first.status is DeleteBkLedgerStatus.ALREADY_DELETED
     env.info = replace(env.info, attempt=2)
     retried = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
-    assert retried.status is DeleteBkLedgerStatus.DELETED
+    assert retried.status is DeleteBkLedgerStatus.GONE_ON_RETRY
 
 
 async def test_changed_znode_is_not_deleted(bk, zk, new_ledger_id) -> None:

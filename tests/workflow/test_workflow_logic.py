@@ -406,6 +406,14 @@ async def test_changed_znode_is_verified_again_before_delete(harness: Harness) -
     assert harness.fakes.delete_versions == [1, 2]
 
 
+async def test_a_znode_gone_on_a_retried_delete_is_not_reported_deleted(harness: Harness) -> None:
+    """The failed attempt's delete, or something else, removed it: the run does not claim it."""
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.GONE_ON_RETRY]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.ALREADY_DELETED
+    assert "not known which" in result.reason and result.messages_acked == 1
+
+
 async def test_changed_znode_that_no_longer_matches_is_kept(harness: Harness) -> None:
     harness.fakes.verdicts = [Verdict.MATCH, Verdict.MISMATCH]
     harness.fakes.delete_statuses = [DeleteBkLedgerStatus.VERSION_CHANGED]
