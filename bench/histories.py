@@ -3,9 +3,10 @@
 These counts do not depend on the machine or its load: the same code and the same mix give the same numbers
 anywhere (timing shows only where a run had to retry or wait twice). Per history:
 
-* events, workflow tasks (``WorkflowTaskStarted``), activity tasks (``ActivityTaskScheduled``) and their
-  retries (``ActivityTaskStarted.attempt`` − 1: intermediate attempts leave no event of their own), markers
-  (``MarkerRecorded``: local activities and version markers), timers, signals, search-attribute upserts;
+* events, workflow tasks (``WorkflowTaskStarted``, and how many of them timed out), activity tasks
+  (``ActivityTaskScheduled``) and their retries (``ActivityTaskStarted.attempt`` − 1: intermediate attempts
+  leave no event of their own), markers (``MarkerRecorded``: local activities and version markers), timers,
+  signals, search-attribute upserts;
 * state transitions and history bytes, as the server counts them (``DescribeWorkflowExecution``);
 * Temporal Cloud actions, estimated from the events as Temporal's "Temporal Cloud Actions" page maps them: the
   start, each activity scheduled and each retry, every timer, signal and upsert, and the markers of one
@@ -34,6 +35,7 @@ class Counts:
     runs: int = 0
     events: int = 0
     workflow_tasks: int = 0
+    workflow_task_timeouts: int = 0  # a worker too busy to answer in time: a sign of an overloaded machine
     activity_tasks: int = 0
     activity_retries: int = 0
     markers: int = 0
@@ -64,6 +66,8 @@ def count_history(events: Sequence[HistoryEvent], transitions: int = 0, history_
             out.actions += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             out.workflow_tasks += 1
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            out.workflow_task_timeouts += 1
         elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
             metering = event.workflow_task_completed_event_attributes.metering_metadata
             out.actions += metering.nonfirst_local_activity_execution_attempts

@@ -164,6 +164,11 @@ def check_lines(report: dict[str, Any]) -> list[str]:
             f"{key}: outcomes {dict(sorted(r['outcomes'].items()))}, wrong {r['wrong']}{missing}{unacked}, "
             f"storage problems {len(r['storage_problems'])}, late trims released {r.get('late_released', 0)}"
         )
+        if r.get("counted") and (late_tasks := r["totals"].get("workflow_task_timeouts", 0)):
+            lines.append(
+                f"  ({key}: {late_tasks} workflow tasks timed out: the machine was too busy for the workers "
+                "to answer in time, and the counts carry the retries)"
+            )
         if r.get("resubscribed"):
             lines.append(
                 f"  ({key} resubscribed {r['resubscribed']}x: pulsar-lite stopped dispatching to it)"

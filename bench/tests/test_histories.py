@@ -56,6 +56,9 @@ def test_a_run_with_every_kind_of_event() -> None:
         *_activity(),
         *_activity(attempt=3),  # two retries
         HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED),
+        HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED),
+        HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED),
+        HistoryEvent(event_type=EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT),  # a worker too busy to answer
         *_task(),
         HistoryEvent(event_type=EventType.EVENT_TYPE_TIMER_STARTED),
         HistoryEvent(event_type=EventType.EVENT_TYPE_TIMER_FIRED),
@@ -71,7 +74,8 @@ def test_a_run_with_every_kind_of_event() -> None:
     assert counts == Counts(
         runs=1,
         events=len(history),
-        workflow_tasks=3,
+        workflow_tasks=4,
+        workflow_task_timeouts=1,
         activity_tasks=2,
         activity_retries=2,
         markers=3,
