@@ -4,6 +4,9 @@ One ``Metrics`` per process. ``install`` puts a Prometheus endpoint on a port (o
 production, so one port per pool); before that, instruments record into a provider with no reader, which
 costs nothing and lets library code and tests call them unconditionally.
 
+Every instrument is declared once in :data:`INSTRUMENTS` (name, kind, unit, description, labels): ``Metrics``
+creates them from there, and the metrics reference (docs/metrics.md) is generated from there.
+
 Labels are deliberately few and bounded: ``pool``, ``tenant``, ``component``, ``outcome``/``reason``/``step``.
 Ledger ids and topics are never labels (unbounded cardinality); they are span attributes instead.
 """
@@ -13,8 +16,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
@@ -22,6 +26,118 @@ METER_NAME = "ledger_deletion"
 UNKNOWN = "unknown"
 # Step latencies range from a ZooKeeper read (ms) to an S3 batch delete under throttling (tens of seconds).
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+
+
+@dataclass(frozen=True)
+class Instrument:
+    """One instrument as declared. Prometheus names it ``name`` plus ``_total`` for a counter and plus the
+    unit (``_seconds``) for a histogram; "{request}"-style units are annotations it drops."""
+
+    name: str
+    kind: Literal["counter", "histogram", "gauge"]
+    unit: str
+    description: str
+    labels: tuple[str, ...]
+
+
+REQUEST_LABELS = ("pool", "tenant", "component")  # ``Labels``: who a measurement is about
+
+REQUESTS_RECEIVED = Instrument(
+    "ledger_deletion_requests_received",
+    "counter",
+    "{request}",
+    "Deletion messages received from Pulsar",
+    REQUEST_LABELS,
+)
+REQUESTS_COMPLETED = Instrument(
+    "ledger_deletion_requests_completed",
+    "counter",
+    "{request}",
+    "Deletion requests decided, by outcome (each request that joined a run counts on its own)",
+    (*REQUEST_LABELS, "outcome"),
+)
+BK_LEDGERS_DELETED = Instrument(
+    "ledger_deletion_bk_ledgers_deleted", "counter", "{ledger}", "BookKeeper ledgers deleted", REQUEST_LABELS
+)
+OFFLOADED_LEDGERS_DELETED = Instrument(
+    "ledger_deletion_offloaded_ledgers_deleted",
+    "counter",
+    "{ledger}",
+    "Offloaded ledgers deleted",
+    REQUEST_LABELS,
+)
+BK_DELETE_FAILURES = Instrument(
+    "ledger_deletion_bk_delete_failures",
+    "counter",
+    "{attempt}",
+    "Failed BookKeeper delete attempts",
+    (*REQUEST_LABELS, "error"),
+)
+OFFLOAD_DELETE_FAILURES = Instrument(
+    "ledger_deletion_offload_delete_failures",
+    "counter",
+    "{attempt}",
+    "Failed tiered-storage delete attempts",
+    (*REQUEST_LABELS, "error"),
+)
+MESSAGES_ACKED = Instrument(
+    "ledger_deletion_messages_acked", "counter", "{message}", "Deletion messages acknowledged", REQUEST_LABELS
+)
+DEAD_LETTERED = Instrument(
+    "ledger_deletion_dead_lettered",
+    "counter",
+    "{request}",
+    "Requests published to the dead-letter topic",
+    (*REQUEST_LABELS, "step"),
+)
+SKIPPED = Instrument(
+    "ledger_deletion_skipped",
+    "counter",
+    "{request}",
+    "Requests that ended without deleting, by reason",
+    (*REQUEST_LABELS, "reason"),
+)
+STEP_DURATION = Instrument(
+    "ledger_deletion_step_duration",
+    "histogram",
+    "s",
+    "Duration of one attempt of a workflow step",
+    (*REQUEST_LABELS, "step", "outcome"),
+)
+PENDING_ACKS = Instrument(
+    "ledger_deletion_pending_acks", "gauge", "{message}", "Messages received, not acked", ("pool",)
+)
+INFLIGHT_ESTIMATE = Instrument(
+    "ledger_deletion_inflight_estimate",
+    "gauge",
+    "{request}",
+    "Estimated in-flight deletions per tenant: running workflows plus the deletion subscription's backlog "
+    "(the system topic's as tenant '(system topic)')",
+    ("tenant",),
+)
+INFLIGHT_BACKLOG_MEASURED = Instrument(
+    "ledger_deletion_inflight_backlog_measured",
+    "gauge",
+    "1",
+    "1 when the in-flight estimate includes the subscription backlog, 0 when the admin API could not give "
+    "it (the estimate then counts running workflows only)",
+    (),
+)
+INSTRUMENTS = (
+    REQUESTS_RECEIVED,
+    REQUESTS_COMPLETED,
+    BK_LEDGERS_DELETED,
+    OFFLOADED_LEDGERS_DELETED,
+    BK_DELETE_FAILURES,
+    OFFLOAD_DELETE_FAILURES,
+    MESSAGES_ACKED,
+    DEAD_LETTERED,
+    SKIPPED,
+    STEP_DURATION,
+    PENDING_ACKS,
+    INFLIGHT_ESTIMATE,
+    INFLIGHT_BACKLOG_MEASURED,
+)
 
 
 @dataclass(frozen=True)
@@ -42,66 +158,26 @@ class Metrics:
     def __init__(self, provider: MeterProvider) -> None:
         self.provider = provider
         meter = provider.get_meter(METER_NAME)
-        # "{request}"-style units are dropped by the Prometheus exporter, so names stay as written + _total.
-        self._received = meter.create_counter(
-            "ledger_deletion_requests_received", "{request}", "Deletion messages received from Pulsar"
-        )
-        self._completed = meter.create_counter(
-            "ledger_deletion_requests_completed",
-            "{request}",
-            "Deletion requests decided, by outcome (each request that joined a run counts on its own)",
-        )
-        self._bk_deleted = meter.create_counter(
-            "ledger_deletion_bk_ledgers_deleted", "{ledger}", "BookKeeper ledgers deleted"
-        )
-        self._offload_deleted = meter.create_counter(
-            "ledger_deletion_offloaded_ledgers_deleted", "{ledger}", "Offloaded ledgers deleted"
-        )
-        self._bk_failed = meter.create_counter(
-            "ledger_deletion_bk_delete_failures", "{attempt}", "Failed BookKeeper delete attempts"
-        )
-        self._offload_failed = meter.create_counter(
-            "ledger_deletion_offload_delete_failures", "{attempt}", "Failed tiered-storage delete attempts"
-        )
-        self._acked = meter.create_counter(
-            "ledger_deletion_messages_acked", "{message}", "Deletion messages acknowledged"
-        )
-        self._dead_lettered = meter.create_counter(
-            "ledger_deletion_dead_lettered", "{request}", "Requests published to the dead-letter topic"
-        )
-        self._skipped = meter.create_counter(
-            "ledger_deletion_skipped", "{request}", "Requests that ended without deleting, by reason"
-        )
-        self._step_seconds = meter.create_histogram(
-            "ledger_deletion_step_duration", "s", "Duration of one attempt of a workflow step"
-        )
+        self._received = _counter(meter, REQUESTS_RECEIVED)
+        self._completed = _counter(meter, REQUESTS_COMPLETED)
+        self._bk_deleted = _counter(meter, BK_LEDGERS_DELETED)
+        self._offload_deleted = _counter(meter, OFFLOADED_LEDGERS_DELETED)
+        self._bk_failed = _counter(meter, BK_DELETE_FAILURES)
+        self._offload_failed = _counter(meter, OFFLOAD_DELETE_FAILURES)
+        self._acked = _counter(meter, MESSAGES_ACKED)
+        self._dead_lettered = _counter(meter, DEAD_LETTERED)
+        self._skipped = _counter(meter, SKIPPED)
+        self._step_seconds = _histogram(meter, STEP_DURATION)
         self._pending_sources: dict[object, tuple[str, Callable[[], int]]] = {}
         self._sources_lock = threading.Lock()
-        meter.create_observable_gauge(
-            "ledger_deletion_pending_acks",
-            [self._observe_pending],
-            "{message}",
-            "Messages received, not acked",
-        )
+        _gauge(meter, PENDING_ACKS, self._observe_pending)
         # PIP-186's "estimated in-flight deletions", refreshed in the background (ops.inflight): reading it
         # costs a visibility query and the admin API's topic stats, too much for a scrape.
         self._inflight: dict[str, int] = {}
         self._inflight_backlog_measured: int | None = None
         self._inflight_lock = threading.Lock()
-        meter.create_observable_gauge(
-            "ledger_deletion_inflight_estimate",
-            [self._observe_inflight],
-            "{request}",
-            "Estimated in-flight deletions per tenant: running workflows plus the deletion subscription's "
-            "backlog (the system topic's as tenant '(system topic)')",
-        )
-        meter.create_observable_gauge(
-            "ledger_deletion_inflight_backlog_measured",
-            [self._observe_backlog_measured],
-            "1",
-            "1 when the in-flight estimate includes the subscription backlog, 0 when the admin API could "
-            "not give it (the estimate then counts running workflows only)",
-        )
+        _gauge(meter, INFLIGHT_ESTIMATE, self._observe_inflight)
+        _gauge(meter, INFLIGHT_BACKLOG_MEASURED, self._observe_backlog_measured)
 
     # --- counters ------------------------------------------------------------------------------------------
 
@@ -215,7 +291,24 @@ def serving_port() -> int | None:
 def _views() -> list[View]:
     return [
         View(
-            instrument_name="ledger_deletion_step_duration",
+            instrument_name=STEP_DURATION.name,
             aggregation=ExplicitBucketHistogramAggregation(boundaries=STEP_BUCKETS),
         )
     ]
+
+
+def _counter(meter: Meter, instrument: Instrument) -> Counter:
+    assert instrument.kind == "counter"
+    return meter.create_counter(instrument.name, instrument.unit, instrument.description)
+
+
+def _histogram(meter: Meter, instrument: Instrument) -> Histogram:
+    assert instrument.kind == "histogram"
+    return meter.create_histogram(instrument.name, instrument.unit, instrument.description)
+
+
+def _gauge(
+    meter: Meter, instrument: Instrument, observe: Callable[[CallbackOptions], Iterable[Observation]]
+) -> None:
+    assert instrument.kind == "gauge"
+    meter.create_observable_gauge(instrument.name, [observe], instrument.unit, instrument.description)
