@@ -1,0 +1,115 @@
+"""After a gap in watching: the BookKeeper ledgers of Pulsar's that no record references.
+
+What left Pulsar's metadata while the watcher was down (or disconnected, or before it ever ran) cannot be
+diffed: the watcher did not see it go. BookKeeper still holds every ledger whose delete failed, so the
+watcher lists BookKeeper's ledger ids, takes away every id a fresh read of Pulsar's metadata references
+(:meth:`Snapshot.bk_referenced`), and reads the metadata of the rest: a ledger tagged by Pulsar as data,
+cursor or schema ledger is a suspect like any other, and waits out the same delay.
+
+The listing is read before Pulsar's records (as reconcile's extract does), so a ledger its broker created
+and stored meanwhile is referenced. One created and not yet stored is newer than anything its owner lists
+(a broker creates a ledger, then stores the list naming it: ``ManagedLedgerImpl#createComplete`` ->
+``updateLedgersListAfterRollover``): such a ledger is left out while its owner's record exists. The
+suspect's check after the delay reads its owner's record again in any case.
+
+Offloaded objects are not listed here (a bucket listing per resync would cost far more than the watch
+itself): an offload that left while the watcher was away is for the scheduled reconcile to find.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+
+from ledger_deletion.errors import InvalidRequestError
+from ledger_deletion.formats.bk_metadata import (
+    CUSTOM_APPLICATION,
+    CUSTOM_COMPONENT,
+    CUSTOM_CURSOR,
+    CUSTOM_MANAGED_LEDGER,
+    CUSTOM_SCHEMA_ID,
+    LedgerMetadata,
+)
+from ledger_deletion.formats.managed_ledger import topic_name_from_managed_ledger
+from ledger_deletion.request import LedgerComponent, LedgerType
+from ledger_deletion.watch.snapshot import Snapshot
+from ledger_deletion.watch.suspects import Reason, Suspect, suspect
+
+__all__ = ["unreferenced", "unreferenced_suspects"]
+
+PULSAR = "pulsar"
+MANAGED_LEDGER_COMPONENT = "managed-ledger"  # LedgerMetadataUtils: data and cursor ledgers
+SCHEMA_COMPONENT = "schema"
+
+
+def unreferenced(listed: Iterable[int], snapshot: Snapshot) -> list[int]:
+    """The listed ledger ids no record of ``snapshot`` references, in order."""
+    referenced = snapshot.bk_referenced()
+    return sorted(ledger_id for ledger_id in listed if ledger_id not in referenced)
+
+
+def unreferenced_suspects(
+    metadata: Mapping[int, LedgerMetadata],
+    snapshot: Snapshot,
+    known: Collection[tuple[LedgerType, int]] = (),
+) -> list[Suspect]:
+    """Suspects of unreferenced ledgers (their metadata by id), but those ``known`` already
+    (``(ledger type, id)``: suspects the diff of the same resync found) and those not Pulsar's to request:
+    another application's, compacted-topic ledgers (no request names them), or younger than what their
+    owner lists. Suspects the service would refuse are described in ``snapshot.rejected``."""
+    out: list[Suspect] = []
+    for ledger_id, md in sorted(metadata.items()):
+        if (LedgerType.LEDGER, ledger_id) in known or md.custom(CUSTOM_APPLICATION) != PULSAR:
+            continue
+        component = md.custom(CUSTOM_COMPONENT)
+        try:
+            if component == MANAGED_LEDGER_COMPONENT:
+                found = _managed_ledger_suspect(ledger_id, md, snapshot)
+            elif component == SCHEMA_COMPONENT:
+                found = _schema_suspect(ledger_id, md, snapshot)
+            else:
+                continue
+        except (InvalidRequestError, ValueError) as exc:
+            snapshot.rejected.append(f"unreferenced ledger {ledger_id} ({component}): {exc}")
+            continue
+        if found is not None:
+            out.append(found)
+    return out
+
+
+def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapshot) -> Suspect | None:
+    ml_name = md.custom(CUSTOM_MANAGED_LEDGER)
+    if not ml_name:
+        return None
+    cursor = md.custom(CUSTOM_CURSOR)
+    # A cursor switching ledgers stores the new one after creating it (ManagedCursorImpl
+    # #createNewMetadataLedger -> switchToNewLedger); a cursor with no ledger stored (a new one, or one that
+    # keeps its position inline) is judged by its managed ledger's newest ledger, as a data ledger is.
+    stored = snapshot.cursors.get((ml_name, cursor), -1) if cursor else -1
+    newest = stored if stored >= 0 else snapshot.newest_listed(ml_name)
+    if newest is not None and ledger_id > newest:
+        return None  # newer than anything its owner lists: not stored yet, or being created
+    return suspect(
+        Reason.UNREFERENCED,
+        topic_name=topic_name_from_managed_ledger(ml_name),
+        component=LedgerComponent.MANAGED_CURSOR if cursor else LedgerComponent.MANAGED_LEDGER,
+        ledger_type=LedgerType.LEDGER,
+        ledger_id=ledger_id,
+        cursor_name=cursor or None,
+    )
+
+
+def _schema_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapshot) -> Suspect | None:
+    schema_id = md.custom(CUSTOM_SCHEMA_ID)
+    if not schema_id:
+        return None
+    newest = snapshot.newest_schema_ledger(schema_id)
+    if newest is not None and ledger_id > newest:
+        return None  # a new schema version's ledger, written before the locator naming it
+    return suspect(
+        Reason.UNREFERENCED,
+        topic_name=schema_id,
+        component=LedgerComponent.SCHEMA_STORAGE,
+        ledger_type=LedgerType.LEDGER,
+        ledger_id=ledger_id,
+        schema_id=schema_id,
+    )
