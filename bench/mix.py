@@ -1,6 +1,6 @@
 """Seeding a realistic mix of orphaned (and not orphaned) ledgers for the benchmark.
 
-Per simulated topic, the way brokers trim in production (22 requests for a topic that exists):
+Per simulated topic, the way brokers trim in production (23 requests for a topic that exists):
 
 * 12 data ledgers trimmed off the topic (``MANAGED_LEDGER``/``LEDGER``) → DELETED
 * 1 offloaded ledger whose BK copy still exists: two requests (``LEDGER`` + ``OFFLOAD_LEDGER``) → DELETED
@@ -172,7 +172,7 @@ def _seed_topic(cluster: SimulatedCluster, out: Seeded, ids: _Ids, topic: str, *
     trimmed = [*data, off_bk, off_only] + ([] if deleted else [duplicate])
     cluster.create_topic(
         topic,
-        [*trimmed, in_use, late, live, live2],
+        [*data, off_bk, off_only, duplicate, in_use, late, live, live2],
         offloaded={off_bk, off_only},
         bookkeeper_deleted={off_only},
     )

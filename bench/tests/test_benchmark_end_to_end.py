@@ -23,7 +23,7 @@ from devstack.stack import Stack
 pytestmark = pytest.mark.stack
 
 PORT_BASE = 26000
-N = 44  # two topics that exist: every shape of a live topic, each late and duplicate request twice
+N = 46  # two whole topics that exist: every shape of a live topic twice
 
 
 @pytest.fixture(scope="module")
