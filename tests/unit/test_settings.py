@@ -117,3 +117,11 @@ def test_every_setting_says_what_it_is_and_every_endpoint_how_it_is_named() -> N
         assert field.description and field.description.endswith("."), name
     for name in ENDPOINTS:
         assert Settings.model_fields[name].title, name
+
+
+def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LEDGER_DELETION_MAX_ATTEMPTS", "0")
+    monkeypatch.setenv("TEMPORAL_TLS", "maybe")
+    with pytest.raises(ConfigurationError, match="LEDGER_DELETION_MAX_ATTEMPTS") as info:
+        load_settings()
+    assert "TEMPORAL_TLS" in str(info.value)
