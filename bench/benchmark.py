@@ -27,7 +27,8 @@ default stack neither disturb it nor are disturbed), on empty databases:
 
 ``--quick`` leaves out the half-rate phase and reconsumes B's failed messages after 1 s. The results (the
 table, every raw number, the processes' logs) are written outside the repository, to ``--out`` or
-``$XDG_STATE_HOME/ledger-deletion/bench/<utc time>/``; the benchmark prints where.
+``$XDG_STATE_HOME/ledger-deletion/bench/<utc time>/``; the benchmark prints where. Its stack stops at the end
+(``--keep-stack`` leaves it running, its workflows in the Temporal UI on port 23234).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from bench.phases import Run, run_a, run_b  # noqa: E402
 from bench.processes import StackProcs, bench_ports, load_average  # noqa: E402
 from bench.report import print_table  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
-from devstack.stack import Stack  # noqa: E402
+from devstack.stack import Stack, StackEndpoints  # noqa: E402
 
 
 def parse_replicas(text: str) -> dict[str, int]:
@@ -73,6 +74,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         stack.down()
         shutil.rmtree(args.state_dir / "data", ignore_errors=True)
     endpoints = stack.up()
+    try:
+        return await _measure(args, stack, endpoints)
+    finally:
+        if not args.keep_stack:
+            stack.down()  # everything is read from it: its servers would only hold CPU and memory
+
+
+async def _measure(args: argparse.Namespace, stack: Stack, endpoints: StackEndpoints) -> dict[str, Any]:
     base_env = {**os.environ, **endpoints.as_env()}
     os.environ.update({k: v for k, v in endpoints.as_env().items() if k.startswith("AWS_")})
     run_id = uuid.uuid4().hex[:6]
@@ -213,6 +222,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--keep-state", action="store_true", help="reuse the stack's databases instead of starting empty"
+    )
+    parser.add_argument(
+        "--keep-stack",
+        action="store_true",
+        help="leave the benchmark's stack running, to look at its workflows",
     )
     parser.add_argument("--skip-b", action="store_true")
     parser.add_argument("--skip-half", action="store_true")

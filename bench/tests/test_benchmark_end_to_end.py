@@ -33,7 +33,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, An
     argv = [
         sys.executable,
         str(ROOT / "bench" / "benchmark.py"),
-        *("--n", str(N), "--quick", "--skip-faults"),
+        *("--n", str(N), "--quick", "--skip-faults", "--keep-stack"),
         *("--port-base", str(PORT_BASE), "--state-dir", str(state_dir), "--out", str(out)),
     ]
     try:
