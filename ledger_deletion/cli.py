@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ledger_deletion.settings import POOLS, TEMPORAL, load_settings, pool_endpoints
+from ledger_deletion.settings import POOLS, TEMPORAL, WATCH_ENDPOINTS, load_settings, pool_endpoints
 
 app = typer.Typer(
     name="ledger-deletion",
@@ -119,6 +119,19 @@ def setup() -> None:
 
     added = asyncio.run(register_search_attributes(load_settings(require=TEMPORAL)))
     console.print(f"search attributes registered ({added} new)")
+
+
+@app.command()
+def watch() -> None:
+    """Catch new orphans as they happen: follow Pulsar's metadata in ZooKeeper and request the deletion of
+    what leaves it and is still there after LEDGER_DELETION_WATCH_DELAY_SECONDS (docs/watcher.md).
+
+    Run two or more: one watches (elected in Pulsar's metadata store), every one runs the suspects' checks
+    and, with LEDGER_DELETION_RECONCILE_SCHEDULE set, keeps the periodic reconcile's Temporal Schedule.
+    """
+    from workers.watcher import main as run_watcher
+
+    run_watcher(load_settings(require=WATCH_ENDPOINTS))
 
 
 COMMANDS_GROUP = "ledger_deletion.commands"

@@ -41,6 +41,8 @@ POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
     "bookkeeper": (*TEMPORAL, "zookeeper"),
     "offload": (*TEMPORAL, "s3_endpoint"),
 }
+# ``ledger-deletion watch``: Temporal, Pulsar's metadata and BookKeeper's ledgers, and the deletion topic.
+WATCH_ENDPOINTS = (*TEMPORAL, "zookeeper", "pulsar_url")
 ENDPOINTS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
 STACK_HINT = 'for the embedded stack run: eval "$(ledger-deletion stack env)"'
 
@@ -316,6 +318,37 @@ class Settings(BaseSettings):
         "seconds; 0: off.",
     )
 
+    # The watcher (``ledger-deletion watch``): catches what leaves Pulsar's metadata as it happens.
+    watch_delay_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="How long a ledger or offload that left Pulsar's metadata is left to its broker's own "
+        "delete, seconds; the watcher then requests the deletion of what is still there.",
+    )
+    watch_election_path: str = Field(
+        default="/ledger-deletion/watcher",
+        description="Znode in Pulsar's metadata store under which watcher processes elect the active one; "
+        "their ZooKeeper identity needs create and delete rights there (read rights elsewhere).",
+    )
+    watch_concurrency: int = Field(
+        default=16,
+        ge=1,
+        description="Suspect checks one watcher process runs at once, and workflow starts it has in flight.",
+    )
+    reconcile_schedule: str = Field(
+        default="",
+        description="Cron expression of the periodic reconcile, kept as a Temporal Schedule by the watcher "
+        "(e.g. '0 3 * * *', UTC); empty: no schedule.",
+    )
+    reconcile_command: str = Field(
+        default="ledger-deletion reconcile --submit",
+        description="Command line the scheduled reconcile runs on a watcher process, split as a shell "
+        "would (e.g. a spark-submit of reconcile/job.py).",
+    )
+    reconcile_timeout_seconds: float = Field(
+        default=6 * 3600.0, gt=0, description="How long one scheduled reconcile may run, seconds."
+    )
+
     @field_validator("step_retry")
     @classmethod
     def _known_retried_steps(cls, value: dict[str, StepRetry]) -> dict[str, StepRetry]:
@@ -369,6 +402,11 @@ class Settings(BaseSettings):
         if pool not in POOLS:
             raise ConfigurationError(f"unknown pool {pool!r}; pools are {', '.join(POOLS)}")
         return f"{self.task_queue_prefix}-{COLOCATED if self.colocate_pools else pool}"
+
+    @property
+    def watch_task_queue(self) -> str:
+        """The task queue of the watcher's suspect and reconcile workflows and their activities."""
+        return f"{self.task_queue_prefix}-watch"
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (tests, CLI flags)."""

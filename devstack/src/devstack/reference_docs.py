@@ -40,6 +40,7 @@ SETTINGS_SECTIONS = {
     "max_attempts": "Retries, timeouts and grace",
     "workflow_concurrency": "Pools",
     "metrics_port": "Observability",
+    "watch_delay_seconds": "Watcher (`ledger-deletion watch`)",
 }
 
 

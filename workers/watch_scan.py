@@ -1,0 +1,108 @@
+"""The watcher's full reads: every record of Pulsar's metadata into a snapshot, BookKeeper's ledger ids, and
+the metadata of the ledgers nothing references.
+
+All reads go through :class:`reconcile.zk_reads.ZkReads`, the batched reads reconcile's extract uses
+(multi-reads of hundreds of znodes per request on ZooKeeper 3.6+), on the watcher's own sessions. The walk of
+Pulsar's tree is the extract's (``persistent`` directories at depth 3 or 4, their managed ledgers, their
+cursors; schema namespaces), but it keeps every record whole for the diff, where the extract flattens them
+into reference rows (and the extract needs pyarrow, which the watcher does not).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+
+from ledger_deletion.errors import MetadataFormatError
+from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
+from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode, ledger_path
+from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT
+from ledger_deletion.watch.snapshot import Snapshot
+from reconcile.zk_reads import ZkReads
+
+__all__ = ["list_bk_ledger_ids", "read_bk_metadata", "read_pulsar_metadata", "read_records"]
+
+_PERSISTENT = "persistent"
+_MAX_DEPTH = 4  # tenant/cluster/namespace/persistent: the deepest a V1 name puts its ``persistent`` level
+_DIGITS = re.compile(r"[0-9]{4}")
+_LEAF = re.compile(r"L[0-9]{4}")
+
+
+def read_pulsar_metadata(reads: ZkReads) -> Snapshot:
+    """A snapshot of every managed ledger, cursor and schema locator in Pulsar's metadata store."""
+    snapshot = Snapshot()
+    level, persistent_dirs = [MANAGED_LEDGERS_ROOT], []
+    for _ in range(_MAX_DEPTH):
+        deeper = []
+        for parent, children in reads.children_many(level):
+            for child in children:
+                path = f"{parent}/{child}"
+                if child == _PERSISTENT and parent != MANAGED_LEDGERS_ROOT:
+                    persistent_dirs.append(path)
+                else:
+                    deeper.append(path)
+        level = deeper
+    ml_paths = [f"{d}/{c}" for d, children in reads.children_many(persistent_dirs) for c in children]
+    cursor_paths = [f"{ml}/{c}" for ml, children in reads.children_many(ml_paths) for c in children]
+    for path, data, _ in reads.get_many(ml_paths):
+        snapshot.load(path, data)
+    for path, data, _ in reads.get_many(cursor_paths):
+        snapshot.load(path, data)
+    tenants = [f"{SCHEMAS_ROOT}/{t}" for t in reads.children(SCHEMAS_ROOT)]
+    namespaces = [f"{t}/{ns}" for t, children in reads.children_many(tenants) for ns in children]
+    schema_paths = [f"{ns}/{s}" for ns, children in reads.children_many(namespaces) for s in children]
+    for path, data, _ in reads.get_many(schema_paths):
+        snapshot.load(path, data)
+    return snapshot
+
+
+def read_records(reads: ZkReads, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """What each path holds now, None for those that do not exist."""
+    found: dict[str, bytes | None] = dict.fromkeys(paths)
+    for path, data, _ in reads.get_many(list(paths)):
+        found[path] = data
+    return found
+
+
+def list_bk_ledger_ids(reads: ZkReads, root: str) -> list[int]:
+    """Every ledger id under BookKeeper's ledgers root, from child lists alone (one request per 10,000
+    ledgers), as ``HierarchicalLedgerManager`` iterates them: ``/<2>/<4>/L<4>`` then
+    ``/<3>/<4>/<4>/<4>/L<4>``."""
+    root = root.rstrip("/")
+    tops = [t for t in reads.children(root) if not is_special_znode(t) and LEDGER_PARENT_PATTERN.fullmatch(t)]
+    ids: list[int] = []
+    for top in tops:
+        levels = 1 if len(top) == 2 else 3  # four-digit levels between the top and the L<4> leaves
+        parents = [f"{root}/{top}"]
+        for _ in range(levels):
+            parents = [
+                f"{p}/{c}"
+                for p, children in reads.children_many(parents)
+                for c in children
+                if _DIGITS.fullmatch(c)
+            ]
+        for parent, leaves in reads.children_many(parents):
+            ids.extend(_ids(root, parent, leaves))
+    return ids
+
+
+def _ids(root: str, parent: str, leaves: Sequence[str]) -> Iterator[int]:
+    digits = parent[len(root) + 1 :].replace("/", "")
+    for leaf in leaves:
+        if _LEAF.fullmatch(leaf):
+            ledger_id = int(digits + leaf[1:])
+            # One canonical path per id: a small id spelled in the long layout is no ledger BK would read.
+            if ledger_path(ledger_id, root) == f"{parent}/{leaf}":
+                yield ledger_id
+
+
+def read_bk_metadata(reads: ZkReads, root: str, ids: Sequence[int]) -> dict[int, LedgerMetadata]:
+    """The metadata of each ledger that still exists and parses (one that does not is nobody's to request)."""
+    by_path = {ledger_path(ledger_id, root): ledger_id for ledger_id in ids}
+    found: dict[int, LedgerMetadata] = {}
+    for path, data, _ in reads.get_many(list(by_path)):
+        try:
+            found[by_path[path]] = parse_ledger_metadata(data)
+        except MetadataFormatError:
+            continue
+    return found

@@ -1,0 +1,428 @@
+"""``ledger-deletion watch``: catch new orphans as they happen, with no change to the brokers.
+
+Every watcher process serves the suspect and reconcile workflows on the watch task queue (so a suspect's
+check runs on whichever watcher is up); one of them at a time, elected through a kazoo ``Lock`` under
+``LEDGER_DELETION_WATCH_ELECTION_PATH`` in Pulsar's metadata store, watches:
+
+1. it adds persistent recursive watches on ``/managed-ledgers`` and ``/schemas`` (ZooKeeper 3.6+), so every
+   change from then on is queued;
+2. it lists BookKeeper's ledger ids, then reads every managed ledger, cursor and schema locator (a resync):
+   what changed since its last read (none at a first start) and the unreferenced Pulsar ledgers BookKeeper
+   still holds become suspects;
+3. it follows the queued changes: each changed znode is read once (the changes of a round in batched
+   multi-reads), diffed against what it knew, and each suspect starts a workflow that waits out the delay.
+
+A connection that drops loses the watches and the changes meanwhile: on reconnection the watcher resyncs
+(step 1 and 2 against the snapshot it kept). A session that expires loses the lock too; the watcher then
+competes for it again and, winning, resyncs the same way. Two watchers acting at once (a paused process that
+has not yet noticed its session expired) only start the same suspects twice, which their workflow ids dedupe.
+
+The watcher deletes nothing: a suspect still there after the delay is published as a request, which the
+deletion service decides like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from datetime import timedelta
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import CancelledError as KazooCancelled
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.lock import Lock
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from activities.reconcile_job import ReconcileJobActivities
+from activities.watch import SuspectActivities
+from ledger_deletion.adapters.object_store import ObjectStore
+from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore, kazoo_client
+from ledger_deletion.contracts import RetrySpec
+from ledger_deletion.observability import redaction
+from ledger_deletion.settings import Settings
+from ledger_deletion.submit import RequestPublisher
+from ledger_deletion.temporal_client import connect_temporal
+from ledger_deletion.watch.paths import ROOTS, classify
+from ledger_deletion.watch.resync import unreferenced, unreferenced_suspects
+from ledger_deletion.watch.snapshot import Snapshot
+from ledger_deletion.watch.suspects import Suspect
+from ledger_deletion.watch_contracts import SuspectInput, SuspectPolicy
+from reconcile.zk_reads import ZkReads
+from workers.pools import workflow_runner
+from workers.reconcile_schedule import ensure_reconcile_schedule
+from workers.watch_scan import list_bk_ledger_ids, read_bk_metadata, read_pulsar_metadata, read_records
+from workflows.reconcile import ReconcileWorkflow
+from workflows.suspect import LedgerSuspectWorkflow
+
+log = logging.getLogger(__name__)
+
+MAX_ROUND = 2000  # changed znodes read in one round (one or a few multi-reads)
+_ZK_ERRORS = (KazooException, KazooTimeoutError)
+_WAKE = None  # queued by a connection state change: the loop looks at the state again
+_RETRY_SECONDS = 1.0
+
+
+@dataclass
+class WatchStats:
+    """What this process's watcher has done (read by tests and the benchmark, logged every minute)."""
+
+    leading: bool = False
+    elected: int = 0  # times this process won the election
+    resyncs: int = 0
+    events: int = 0  # watch events received while leading
+    rounds: int = 0
+    znodes_read: int = 0  # by the watch itself, not by resyncs
+    suspects: int = 0  # suspect workflows started (or found running: the server does not say which)
+    duplicates: int = 0  # suspects whose workflow had already run
+    rejected: int = 0  # suspects whose request the service would refuse (logged)
+
+    def zk_requests(self, *reads: ZkReads) -> int:
+        return sum(r.requests for r in reads)
+
+
+class Watcher:
+    """One process's candidacy and, while elected, the watch. ``run`` until ``stop`` is set."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        temporal: Client,
+        metadata_zk: KazooClient,
+        bk_zk: KazooClient,
+        identifier: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.identifier = identifier or f"{socket.gethostname()}-{os.getpid()}"
+        self.stats = WatchStats()
+        self.snapshot = Snapshot()
+        self.leading = asyncio.Event()
+        self._temporal = temporal
+        self._zk = metadata_zk
+        self.reads = ZkReads(metadata_zk)
+        self.bk_reads = ZkReads(bk_zk)
+        self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._watches = PersistentWatches(metadata_zk, self._on_event)
+        self._interrupted = True  # a resync is due: at the start, and after every reconnection
+        self._session_lost = False
+        self._policy = SuspectPolicy(
+            delay_seconds=settings.watch_delay_seconds,
+            retry=RetrySpec(max_attempts=0, initial_seconds=1.0, max_interval_seconds=300.0),
+            activity_timeout_seconds=settings.activity_timeout_seconds,
+        )
+        self._starts = asyncio.Semaphore(settings.watch_concurrency)
+
+    # --- connection state and events (called on kazoo's threads) -------------------------------------------
+
+    def _on_event(self, event: WatchEvent) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+
+    def _on_state(self, state: str) -> bool:
+        if state == KazooState.LOST:
+            self._session_lost = True
+        if state != KazooState.CONNECTED:
+            self._interrupted = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, _WAKE)
+        return False  # stay registered
+
+    # --- election ----------------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._zk.add_listener(self._on_state)
+        reporter = asyncio.create_task(self._report(stop))
+        try:
+            while not stop.is_set():
+                lock = Lock(self._zk, self.settings.watch_election_path, self.identifier)
+                self._session_lost = False
+                if not await self._acquire(lock, stop):
+                    continue
+                try:
+                    self.stats.elected += 1
+                    await self._lead(stop)
+                finally:
+                    await asyncio.to_thread(_release, lock)
+        finally:
+            self._zk.remove_listener(self._on_state)
+            reporter.cancel()
+
+    async def _acquire(self, lock: Lock, stop: asyncio.Event) -> bool:
+        """Block until this process holds the lock (True) or ``stop`` is set (False)."""
+        acquiring = asyncio.create_task(asyncio.to_thread(lock.acquire))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait([acquiring, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not acquiring.done():
+            lock.cancel()
+        try:
+            acquired = bool(await acquiring)
+        except KazooCancelled:
+            return False
+        except _ZK_ERRORS as exc:
+            log.warning("election: %s; trying again", _describe(exc))
+            await asyncio.sleep(_RETRY_SECONDS)
+            return False
+        if acquired and stop.is_set():
+            await asyncio.to_thread(_release, lock)
+            return False
+        return acquired
+
+    # --- leading -----------------------------------------------------------------------------------------
+
+    async def _lead(self, stop: asyncio.Event) -> None:
+        log.info("watcher %s elected: watching %s", self.identifier, ", ".join(ROOTS))
+        self.stats.leading = True
+        self.leading.set()
+        self._interrupted = True
+        try:
+            while not stop.is_set() and not self._session_lost:
+                if self._interrupted:
+                    if self._zk.state != KazooState.CONNECTED:
+                        await self._wait(_RETRY_SECONDS)
+                        continue
+                    self._interrupted = False  # before the watches are added: a drop during the resync counts
+                    try:
+                        await self._resync()
+                    except _ZK_ERRORS as exc:
+                        log.warning("resync interrupted: %s; again once connected", _describe(exc))
+                        self._interrupted = True
+                        await asyncio.sleep(_RETRY_SECONDS)
+                    continue
+                changed = await self._next_round()
+                if not changed:
+                    continue
+                try:
+                    suspects = await asyncio.to_thread(self._follow, changed)
+                except _ZK_ERRORS as exc:
+                    log.warning("watch interrupted: %s; resyncing once connected", _describe(exc))
+                    self._interrupted = True
+                    continue
+                await self._start(suspects)
+        finally:
+            self.stats.leading = False
+            self.leading.clear()
+            reason = "stopping" if stop.is_set() else "its ZooKeeper session expired"
+            log.info("watcher %s no longer leading: %s", self.identifier, reason)
+
+    async def _resync(self) -> None:
+        """Watch again, then diff a fresh read (and BookKeeper's unreferenced ledgers) with the snapshot."""
+        began = time.monotonic()
+        for root in ROOTS:
+            await asyncio.to_thread(self._watches.add, root)
+        root = self.settings.bk_ledgers_root
+        listed = await asyncio.to_thread(list_bk_ledger_ids, self.bk_reads, root)
+        fresh = await asyncio.to_thread(read_pulsar_metadata, self.reads)
+        suspects = await asyncio.to_thread(self.snapshot.resync, fresh)
+        ids = await asyncio.to_thread(unreferenced, listed, self.snapshot)
+        metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
+        known = {s.key for s in suspects}
+        suspects += unreferenced_suspects(metadata, self.snapshot, known)
+        self.stats.resyncs += 1
+        log.info(
+            "resync: %d records, %d BookKeeper ledgers listed, %d unreferenced, %d suspects (%.1f s)",
+            self.snapshot.records,
+            len(listed),
+            len(ids),
+            len(suspects),
+            time.monotonic() - began,
+        )
+        await self._start(suspects)
+
+    async def _next_round(self) -> dict[str, EventKind]:
+        """The znodes changed since the last round, each with its last event (at most MAX_ROUND)."""
+        try:
+            first = await asyncio.wait_for(self._queue.get(), timeout=_RETRY_SECONDS)
+        except TimeoutError:
+            return {}
+        items = [first]
+        while len(items) < MAX_ROUND and not self._queue.empty():
+            items.append(self._queue.get_nowait())
+        changed: dict[str, EventKind] = {}
+        for item in items:
+            if item is not None:
+                self.stats.events += 1
+                changed[item.path] = item.kind
+        return changed
+
+    def _follow(self, changed: dict[str, EventKind]) -> list[Suspect]:
+        """Read each changed record once (a deleted one not at all) and diff it. On a worker thread."""
+        records = {path: kind for path, kind in changed.items() if classify(path) is not None}
+        to_read = [path for path, kind in records.items() if kind is not EventKind.DELETED]
+        found = read_records(self.reads, to_read)
+        self.stats.rounds += 1
+        self.stats.znodes_read += len(to_read)
+        suspects: list[Suspect] = []
+        for path, kind in records.items():
+            suspects += self.snapshot.apply(path, None if kind is EventKind.DELETED else found[path])
+        return suspects
+
+    async def _wait(self, seconds: float) -> None:
+        """Until a connection state change or an event arrives, at most ``seconds``."""
+        with contextlib.suppress(TimeoutError):
+            item = await asyncio.wait_for(self._queue.get(), timeout=seconds)
+            if item is not None:
+                self._queue.put_nowait(item)  # an event for the round after the resync
+
+    # --- starting suspects -------------------------------------------------------------------------------
+
+    async def _start(self, suspects: Iterable[Suspect]) -> None:
+        rejected, self.snapshot.rejected[:] = list(self.snapshot.rejected), []
+        for reason in rejected:
+            log.warning("not requested (the service would refuse the request): %s", reason)
+        self.stats.rejected += len(rejected)
+        await asyncio.gather(*(self._start_one(s) for s in suspects))
+
+    async def _start_one(self, suspect: Suspect) -> None:
+        request = suspect.request
+        delay = _RETRY_SECONDS
+        async with self._starts:
+            while True:
+                try:
+                    await self._temporal.start_workflow(
+                        LedgerSuspectWorkflow.run,
+                        SuspectInput(request, self._policy),
+                        id=suspect.workflow_id,
+                        task_queue=self.settings.watch_task_queue,
+                        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        static_summary=f"{suspect.reason.value}: {request.summary()}"[:200],
+                    )
+                    self.stats.suspects += 1
+                    log.debug("suspect %s (%s)", suspect.workflow_id, suspect.reason.value)
+                    return
+                except WorkflowAlreadyStartedError:
+                    self.stats.duplicates += 1
+                    return
+                except RPCError as exc:
+                    log.warning("starting suspect %s: %s; retrying", suspect.workflow_id, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 30.0)
+
+    async def _report(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=60)
+            if self.stats.leading:
+                log.info("watch: %s", self.stats)
+
+
+def _release(lock: Lock) -> None:
+    with contextlib.suppress(*_ZK_ERRORS):
+        lock.release()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+# --- the process ----------------------------------------------------------------------------------------
+
+
+def _auth(digest: str | None) -> list[tuple[str, str]] | None:
+    return [("digest", digest)] if digest else None
+
+
+async def run_watcher(
+    settings: Settings,
+    temporal: Client,
+    stop: asyncio.Event,
+    *,
+    started: asyncio.Future[Watcher] | None = None,
+    identifier: str | None = None,
+) -> None:
+    """Serve the watch task queue and compete for the watch until ``stop`` is set."""
+    redaction.install(settings)  # before any client logs: kazoo prints credentials at DEBUG
+    async with AsyncExitStack() as stack:
+        timeout = settings.zookeeper_timeout_seconds
+        metadata_zk = kazoo_client(
+            settings.pulsar_metadata_hosts, timeout, _auth(settings.pulsar_metadata_digest_value)
+        )
+        bk_zk = kazoo_client(settings.zookeeper, timeout, _auth(settings.zookeeper_digest_value))
+        for zk in (metadata_zk, bk_zk):
+            await asyncio.to_thread(zk.start, timeout)
+            stack.callback(zk.close)
+            stack.callback(zk.stop)
+        ledgers = LedgerStore(
+            settings.zookeeper, settings.bk_ledgers_root, timeout, settings.zookeeper_digest_value
+        )
+        stack.callback(ledgers.close)
+        pulsar_metadata = PulsarMetadataStore(
+            settings.pulsar_metadata_hosts, timeout, settings.pulsar_metadata_digest_value
+        )
+        stack.callback(pulsar_metadata.close)
+        publisher = RequestPublisher(settings)
+        stack.callback(publisher.close)
+        threads = settings.watch_concurrency + 1  # the scheduled reconcile holds one while its job runs
+        objects = None
+        if settings.s3_endpoint is not None:
+            objects = ObjectStore(settings.s3_endpoint or None, settings.s3_region, max_connections=threads)
+        else:
+            log.warning("no LEDGER_DELETION_S3_ENDPOINT: offloaded suspects are requested without looking")
+        suspects = SuspectActivities(
+            ledgers,
+            pulsar_metadata,
+            publisher,
+            objects,
+            settings.offload_bucket,
+            settings.s3_endpoint_alias_list,
+        )
+        reconcile = ReconcileJobActivities(os.environ)
+        executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="watch")
+        stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+        worker = Worker(
+            temporal,
+            task_queue=settings.watch_task_queue,
+            workflows=[LedgerSuspectWorkflow, ReconcileWorkflow],
+            activities=[suspects.check_suspect, suspects.publish_suspect, reconcile.run_reconcile],
+            activity_executor=executor,
+            max_concurrent_activities=threads,
+            workflow_runner=workflow_runner(settings),
+            graceful_shutdown_timeout=timedelta(seconds=10),
+        )
+        if settings.reconcile_schedule:
+            await ensure_reconcile_schedule(temporal, settings)
+        watcher = Watcher(settings, temporal, metadata_zk, bk_zk, identifier)
+        worker_task = asyncio.create_task(worker.run())
+        watch_task = asyncio.create_task(watcher.run(stop))
+        if started is not None and not started.done():
+            started.set_result(watcher)
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait([stopping, worker_task, watch_task], return_when=asyncio.FIRST_COMPLETED)
+        stop.set()
+        await asyncio.gather(watch_task, return_exceptions=True)
+        await worker.shutdown()
+        for task in (worker_task, watch_task):
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()  # type: ignore[misc]
+
+
+async def serve(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    temporal = await connect_temporal(settings)
+    await run_watcher(settings, temporal, stop)
+
+
+def main(settings: Settings) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo.client").setLevel(logging.WARNING)
+    asyncio.run(serve(settings))
