@@ -5,6 +5,7 @@ its managed ledger or cursor, and a schema ledger's schema locator."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -16,6 +17,8 @@ from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerResult,
     DeleteBkLedgerStatus,
+    OffloadListedInput,
+    OffloadListedResult,
     OffloadSupersededInput,
     OffloadSupersededResult,
     Verdict,
@@ -66,14 +69,28 @@ class BookKeeperActivities:
                 Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}"
             )
         verdict, reason = judge(metadata, inp.request)
+        if verdict is not Verdict.MATCH:
+            return VerifyBkMetadataResult(
+                verdict,
+                znode.version,
+                reason,
+                metadata_format_version=metadata.format_version,
+                length=metadata.length,
+            )
         schema_referenced = bk_copy_released = False
-        if verdict is Verdict.MATCH and inp.request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
+        newest = -1
+        if inp.request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
             assert inp.request.schema_id is not None  # judge matched it against the ledger's tag
-            schema_referenced, why = self._schema_references(inp.request.schema_id, inp.request.ledger_id)
+            schema_referenced, why, newest = self._schema_references(
+                inp.request.schema_id, inp.request.ledger_id
+            )
             reason = why or reason
-        if verdict is Verdict.MATCH and inp.check_bk_copy_released:
+        if inp.check_bk_copy_released:
             bk_copy_released, reason = self._bk_copy_released(inp.request, inp.owner_listed_digest)
-        store_listing = self._store_listing(inp.request) if verdict is Verdict.MATCH else ""
+        store_listing, listed_newest = self._store_listing(inp.request)
+        # BookKeeper writes ctime into the metadata only with storeSystemTimeAsLedgerCreationTime; readers
+        # then take the znode's ctime (LedgerMetadataSerDe.parseConfig(..., stat.getCtime())), as here.
+        created_ms = metadata.ctime if metadata.ctime is not None else znode.ctime_ms
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
@@ -83,10 +100,14 @@ class BookKeeperActivities:
             schema_referenced=schema_referenced,
             bk_copy_released=bk_copy_released,
             metadata_store_listing=store_listing,
+            state=metadata.state,
+            age_seconds=max(0.0, time.time() - created_ms / 1000),
+            newest_listed=max(newest, listed_newest),
         )
 
-    def _store_listing(self, request: PendingDeleteLedgerInfo) -> str:
-        """What in Pulsar's metadata store still lists this data or cursor ledger, or "" when nothing does.
+    def _store_listing(self, request: PendingDeleteLedgerInfo) -> tuple[str, int]:
+        """What in Pulsar's metadata store still lists this data or cursor ledger ("" when nothing does), and
+        the newest ledger listed there by the same owner (-1 for none).
 
         Any listing counts, with no comparison against the owner broker's list: this can only keep a ledger.
         A data ledger listed only as an offloaded copy whose BookKeeper copy the broker released is not
@@ -99,19 +120,25 @@ class BookKeeperActivities:
             where = f"cursor {request.cursor_name} of {name}"
             data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
             cursor, unreadable = self._stored(data, parse_managed_cursor_info, where)
-            if cursor is None or cursor.cursorsLedgerId != request.ledger_id:
-                return unreadable
-            return f"{where} stores it as its cursor ledger in Pulsar's metadata store"
+            if cursor is None:
+                return unreadable, -1
+            if cursor.cursorsLedgerId != request.ledger_id:
+                return unreadable, cursor.cursorsLedgerId
+            return (
+                f"{where} stores it as its cursor ledger in Pulsar's metadata store",
+                cursor.cursorsLedgerId,
+            )
         if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
-            return ""
+            return "", -1
         data = self._pulsar_metadata.read_managed_ledger(name)
         info, unreadable = self._stored(data, parse_managed_ledger_info, f"managed ledger {name}")
         if info is None:
-            return unreadable
+            return unreadable, -1
+        newest = max((e.ledgerId for e in info.ledgerInfo), default=-1)
         entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
         if entries and not all(_released(e) for e in entries):
-            return f"{name} lists it in Pulsar's metadata store"
-        return ""
+            return f"{name} lists it in Pulsar's metadata store", newest
+        return "", newest
 
     def _stored(self, data: bytes | None, parse: Callable[[bytes], _M], what: str) -> tuple[_M | None, str]:
         """A record read from Pulsar's metadata store, parsed; or None, and why when it is unreadable
@@ -174,6 +201,45 @@ class BookKeeperActivities:
             True, f"{name} stores offload {', '.join(sorted(stored))} for it, which replaced {requested}"
         )
 
+    @activity.defn(name="check_offload_listed")
+    @translate_errors
+    def check_offload_listed(self, inp: OffloadListedInput) -> OffloadListedResult:
+        """Does Pulsar's metadata store still reference the request's offloaded objects?
+
+        It does while the ledger's ManagedLedgerInfo lists it with the request's uuid (the classic one, or a
+        segment's): ManagedLedgerImpl.internalTrimLedgers drops a trimmed ledger from its memory before the
+        store write, and a write that fails (anything but BadVersion) is not rolled back, so the owner may no
+        longer list a ledger the store still does; the next owner to load the topic reads it back, from
+        these objects. Another uuid there means a later attempt replaced this one
+        (prepareLedgerInfoForOffloaded writes each attempt's uuid before it uploads): these objects are
+        referenced by nothing. Any listing counts, with no comparison against the owner's list: this can only
+        keep the objects. Unreadable metadata may reference them: kept.
+        """
+        request = inp.request
+        offload = request.context.offload_context if request.context else None
+        if offload is None:
+            return OffloadListedResult()
+        wanted = {offload_uuid(offload.uid_msb, offload.uid_lsb)} if offload.has_uid else set()
+        wanted.update(offload_uuid(seg.uid_msb, seg.uid_lsb) for seg in offload.offload_segment)
+        name = request.managed_ledger_name
+        data = self._pulsar_metadata.read_managed_ledger(name)
+        info, unreadable = self._stored(data, parse_managed_ledger_info, f"managed ledger {name}")
+        if info is None:
+            return OffloadListedResult(unreadable)
+        for entry in info.ledgerInfo:
+            if entry.ledgerId != request.ledger_id or not entry.HasField("offloadContext"):
+                continue
+            context = entry.offloadContext
+            stored = (
+                {offload_uuid(context.uidMsb, context.uidLsb)} if context.uidMsb or context.uidLsb else set()
+            )
+            stored.update(offload_uuid(seg.uidMsb, seg.uidLsb) for seg in context.offloadSegment)
+            if shared := sorted(stored & wanted):
+                return OffloadListedResult(
+                    f"{name} lists it in Pulsar's metadata store, offloaded as {', '.join(shared)}"
+                )
+        return OffloadListedResult()
+
     def _owner_entries(
         self, request: PendingDeleteLedgerInfo, owner_digest: str
     ) -> tuple[list[ml_pb.ManagedLedgerInfo.LedgerInfo], str]:
@@ -196,19 +262,21 @@ class BookKeeperActivities:
         entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
         return entries, "" if entries else f"{name} does not list it"
 
-    def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str]:
-        """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)"""
+    def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str, int]:
+        """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)
+        Also the newest ledger it lists (-1 for none)."""
         data = self._pulsar_metadata.read_schema_locator(schema_id)
         if data is None:
-            return False, ""
+            return False, "", -1
         try:
             listed = schema_ledger_ids(parse_schema_locator(data))
         except MetadataFormatError as exc:
             # An unreadable locator may still list it: never delete on a guess.
-            return True, f"schema locator of {schema_id} unreadable: {exc}"
+            return True, f"schema locator of {schema_id} unreadable: {exc}", -1
+        newest = max(listed, default=-1)
         if ledger_id in listed:
-            return True, f"listed by the schema locator of {schema_id}"
-        return False, ""
+            return True, f"listed by the schema locator of {schema_id}", newest
+        return False, "", newest
 
     @activity.defn(name="delete_bk_ledger")
     @translate_errors

@@ -33,8 +33,10 @@ class Step(StrEnum):
     CHECK_TOPIC = "check_topic"
     ASK_OWNER_BROKER = "ask_owner_broker"
     WAIT_IN_USE = "wait_in_use"
+    WAIT_LEDGER_AGE = "wait_ledger_age"
     VERIFY_BK_METADATA = "verify_bk_metadata"
     CHECK_OFFLOAD_SUPERSEDED = "check_offload_superseded"
+    CHECK_OFFLOAD_LISTED = "check_offload_listed"
     DELETE_BK_LEDGER = "delete_bk_ledger"
     DELETE_OFFLOAD_SEGMENT = "delete_offload_segment"
     PUBLISH_DEAD_LETTER = "publish_dead_letter"
@@ -61,6 +63,9 @@ class DeletionPolicy:
     activity_timeout_seconds: float = 60.0
     in_use_rechecks: int = 3
     in_use_recheck_seconds: float = 60.0
+    # A BookKeeper ledger younger than this (by its metadata's ctime, else its znode's) is decided only once
+    # it is this old: what creates a ledger lists it in Pulsar's metadata store a moment later.
+    min_ledger_age_seconds: float = 60.0
     ack_schedule_to_start_seconds: float = 120.0
     # Start-to-close timeouts of single steps, by step name; the others get activity_timeout_seconds.
     step_timeout_seconds: dict[str, float] = field(default_factory=dict)
@@ -223,6 +228,15 @@ class VerifyBkMetadataResult:
     # ``cursorsLedgerId``. The owner broker answers from memory, which a trim updates before the store; a
     # store write that failed leaves the ledger listed, and the next owner loads it from there.
     metadata_store_listing: str = ""
+    # With a MATCH: the ledger's state in BookKeeper (OPEN, IN_RECOVERY, CLOSED); "" otherwise.
+    state: str = ""
+    # With a MATCH: seconds since the ledger was created (its metadata's ctime, else its znode's ctime), by
+    # the activity's clock; None otherwise.
+    age_seconds: float | None = None
+    # The highest ledger id the ledger's owner lists in Pulsar's metadata store (its managed ledger's ledgers,
+    # its cursor's cursorsLedgerId, its schema's locator); -1 when nothing is listed. A ledger above it is
+    # newer than anything listed: created, and not yet written to the store.
+    newest_listed: int = -1
 
 
 @dataclass(frozen=True)
@@ -237,6 +251,19 @@ class OffloadSupersededResult:
     # offload attempt replaced the one whose objects the request names, and nothing reads them any more.
     superseded: bool
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class OffloadListedInput:
+    request: PendingDeleteLedgerInfo  # an OFFLOAD_LEDGER request
+
+
+@dataclass(frozen=True)
+class OffloadListedResult:
+    # What in Pulsar's metadata store still references the request's objects ("" when nothing does): the
+    # ledger's entry in its ManagedLedgerInfo under the request's offload uuid (or one of its segments'). A
+    # trim whose store write failed leaves that entry, and the next owner reads the objects through it.
+    listing: str = ""
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ def deletion_policy(settings: Settings) -> DeletionPolicy:
         activity_timeout_seconds=settings.activity_timeout_seconds,
         in_use_rechecks=settings.in_use_rechecks,
         in_use_recheck_seconds=settings.in_use_recheck_seconds,
+        min_ledger_age_seconds=settings.min_ledger_age_seconds,
         ack_schedule_to_start_seconds=settings.ack_schedule_to_start_seconds,
         step_timeout_seconds=step_timeouts(settings),
     )
@@ -47,6 +48,7 @@ def step_timeouts(settings: Settings) -> dict[str, float]:
         Step.ASK_OWNER_BROKER: settings.admin_timeout_seconds,
         Step.VERIFY_BK_METADATA: settings.zookeeper_timeout_seconds,
         Step.CHECK_OFFLOAD_SUPERSEDED: settings.zookeeper_timeout_seconds,
+        Step.CHECK_OFFLOAD_LISTED: settings.zookeeper_timeout_seconds,
         Step.DELETE_BK_LEDGER: settings.zookeeper_timeout_seconds,
     }
     derived = {

@@ -54,6 +54,7 @@ RETRIED_STEPS = frozenset(
         Step.CHECK_TOPIC,
         Step.ASK_OWNER_BROKER,
         Step.VERIFY_BK_METADATA,
+        Step.CHECK_OFFLOAD_LISTED,
         Step.DELETE_BK_LEDGER,
         Step.DELETE_OFFLOAD_SEGMENT,
     )
@@ -237,6 +238,13 @@ class Settings(BaseSettings):
     )
     in_use_recheck_seconds: float = Field(
         default=60.0, ge=0, description="Durable timer between those re-asks, seconds."
+    )
+    min_ledger_age_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="A BookKeeper ledger younger than this (its metadata's ctime, else its znode's) is "
+        "decided only once it is this old; a rollover lists a new ledger in the store a moment after "
+        "creating it. 0: no minimum.",
     )
     ack_schedule_to_start_seconds: float = Field(
         default=120.0,

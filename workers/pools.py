@@ -145,7 +145,12 @@ async def run_pools(
             bk = BookKeeperActivities(store, pulsar_metadata)
             host(
                 "bookkeeper",
-                [bk.verify_bk_metadata, bk.check_offload_superseded, bk.delete_bk_ledger],
+                [
+                    bk.verify_bk_metadata,
+                    bk.check_offload_superseded,
+                    bk.check_offload_listed,
+                    bk.delete_bk_ledger,
+                ],
                 settings.bookkeeper_concurrency,
             )
         if "offload" in wanted:

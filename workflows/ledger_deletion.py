@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -52,6 +53,8 @@ with workflow.unsafe.imports_passed_through():
         DeletionResult,
         DeletionStatus,
         MessageRef,
+        OffloadListedInput,
+        OffloadListedResult,
         OffloadSupersededInput,
         OffloadSupersededResult,
         Outcome,
@@ -89,6 +92,40 @@ _VERDICT_OUTCOME: Mapping[Verdict, Outcome] = MappingProxyType(
         Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
     }
 )
+
+
+KEPT_FOR_REPLAY = "KeptForReplay"  # the error type of a request kept in the dead-letter topic to be replayed
+# Why a request kept past the grace is dead-lettered rather than acked as in use: the broker will not send it
+# again, so acking it would lose it.
+_STORE_AHEAD = (
+    "its owner broker does not list it: ManagedLedgerImpl.internalTrimLedgers drops a trimmed ledger from "
+    "memory before it writes the store, and a failed write is not rolled back, so the broker will not send "
+    "this request again; replay it once the store no longer lists the ledger (the owner's next store write) "
+    "or the topic has reloaded (then it is in use again, and trimmed and sent anew)"
+)
+_COPY_RELEASED_IN_MEMORY = (
+    "ManagedLedgerImpl marks an offloaded ledger's BookKeeper copy bookkeeperDeleted in memory before it "
+    "writes the store, so the broker will not send this request again; replay it once the store says the "
+    "copy is released, or the topic has reloaded"
+)
+_STILL_OPEN = (
+    "Pulsar trims only closed ledgers (the current one never), so an open data ledger is being written or "
+    "was left open by a writer that died mid-rollover; replay it once it is closed or listed nowhere"
+)
+_NEWER_THAN_LISTED = (
+    "a rollover, a cursor switch or a schema write creates its ledger before it writes the store, and "
+    "PIP-186's own consumer defers ids above the highest in use; replay it once the store lists it or a "
+    "newer ledger"
+)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """What keeps a ledger at one check, and whether the broker sends the request again once it lets go."""
+
+    where: str
+    resent: bool  # the owner itself still uses it: it trims it later and sends a new request
+    replay_when: str = ""  # not resent: why the request is kept (dead-lettered) rather than acked
 
 
 class _Finished(Exception):
@@ -227,6 +264,7 @@ class LedgerDeletionWorkflow:
             )
             if verified.verdict is not Verdict.MATCH:
                 raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+            verified = await self._wait_until_old_enough(req, policy, verified)
             verified = await self._wait_until_schema_releases(req, policy, verified)
             verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
             return await self._delete_bk_ledger(req, policy, verified, topic)
@@ -272,36 +310,59 @@ class LedgerDeletionWorkflow:
     ) -> VerifyBkMetadataResult | None:
         """The mark phase publishes before it updates metadata: give the broker a grace period to catch up.
 
-        A BookKeeper ledger (``verified`` given) is also kept while Pulsar's metadata store lists it, whatever
-        the request or the owner says: the owner answers from memory, which a trim updates before the store,
-        and a failed store write leaves it listed for the next owner to load. A listing read before the
-        owner's answer or before a wait is read again (the ledger verified again) before it counts. Returns
-        the latest verification.
+        What the ledger (``verified`` given) or the offloaded objects are kept for, at each check:
+        - the owner broker still references it (when asked): it trims it later and sends a new request, so
+          one still referenced after the grace is acked as in use;
+        - Pulsar's metadata store lists it (an offload under the request's uuid), whatever the owner says:
+          the owner answers from memory, which a trim updates before the store, and the next owner loads it
+          from the store. The store is read after the owner's answer, so a trim under way is seen;
+        - a BookKeeper ledger still open, or newer than every ledger its owner lists in the store.
+        Past the grace these three are dead-lettered, not acked (``_Kept.replay_when``). Returns the latest
+        verification.
         """
         owner_check = topic.exists and self._in_use_check_wanted(req)
-        if not owner_check and not (verified is not None and verified.metadata_store_listing):
+        offload_store_check = req.ledger_type is LedgerType.OFFLOAD_LEDGER and topic.exists
+        settled = verified is None or not (verified.metadata_store_listing or _unsettled(req, verified))
+        if not owner_check and not offload_store_check and settled:
             return verified
         latest = verified
 
-        async def referenced(check: int) -> str:
+        async def referenced(check: int) -> _Kept | None:
             nonlocal latest
-            if owner_check and (where := await self._owner_reference(req, policy, latest is not None)):
-                return where
-            if not (latest is not None and latest.metadata_store_listing):
-                return ""
-            if owner_check or check:  # that listing was read before the owner's answer, or before a wait
-                latest = await self._verify(req, policy)
-                if latest.verdict is not Verdict.MATCH:
-                    raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
-            return latest.metadata_store_listing
+            if owner_check and (kept := await self._owner_reference(req, policy, latest is not None)):
+                return kept
+            if latest is not None:
+                # A listing goes away and a ledger settles (closed, listed below a newer one), never back:
+                # only what kept the ledger is read again, when it was read before the owner's answer or
+                # before a wait.
+                if not (latest.metadata_store_listing or _unsettled(req, latest)):
+                    return None
+                if owner_check or check:
+                    latest = await self._verify(req, policy)
+                    if latest.verdict is not Verdict.MATCH:
+                        raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+                if latest.metadata_store_listing:
+                    return _Kept(latest.metadata_store_listing, resent=False, replay_when=_STORE_AHEAD)
+                return _unsettled(req, latest)
+            if offload_store_check:
+                listed = await self._activity(
+                    Step.CHECK_OFFLOAD_LISTED,
+                    OffloadListedInput(req),
+                    OffloadListedResult,
+                    policy.bookkeeper_queue,
+                    policy,
+                )
+                if listed.listing:
+                    return _Kept(listed.listing, resent=False, replay_when=_STORE_AHEAD)
+            return None
 
         await self._wait_out_grace(policy, referenced)
         return latest
 
     async def _owner_reference(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, store_decides: bool
-    ) -> str:
-        """How the topic's owner broker still references the ledger, or "" when it does not.
+    ) -> _Kept | None:
+        """How the topic's owner broker still references the ledger, or None when it does not.
 
         An owner that refuses to load the topic (a transaction-internal managed ledger) cannot say. For a
         BookKeeper ledger (``store_decides``) Pulsar's metadata store then decides alone: a trim and a cursor
@@ -317,7 +378,7 @@ class LedgerDeletionWorkflow:
         )
         if answer.owner_cannot_load:
             if store_decides:
-                return ""
+                return None
             raise ApplicationError(
                 f"the owner broker cannot load {req.topic_name} (a transaction-internal managed ledger), so "
                 "it cannot say whether its offloaded ledger is in use",
@@ -325,12 +386,21 @@ class LedgerDeletionWorkflow:
                 non_retryable=True,
             )
         if not answer.in_use:
-            return ""
+            return None
         if await self._bk_copy_released(req, policy, answer) or await self._offload_superseded(
             req, policy, answer
         ):
-            return ""
-        return f"still referenced by {req.topic_name} ({answer.referenced_as})"
+            return None
+        if _listing_of_an_offloaded_copy(req, answer):
+            # The owner reads the ledger from tiered storage; the store has not released its BookKeeper
+            # copy (bookkeeperDeleted) that the request is for.
+            return _Kept(
+                f"{req.topic_name} reads it from tiered storage, yet Pulsar's metadata store has not "
+                "released its BookKeeper copy",
+                resent=False,
+                replay_when=_COPY_RELEASED_IN_MEMORY,
+            )
+        return _Kept(f"still referenced by {req.topic_name} ({answer.referenced_as})", resent=True)
 
     async def _wait_until_bk_ledger_unused(
         self,
@@ -350,12 +420,7 @@ class LedgerDeletionWorkflow:
         retention trims it, reading it from tiered storage; once its ManagedLedgerInfo also says
         ``bookkeeperDeleted`` the broker has given up the BookKeeper copy, which this request may delete.
         Only for the BookKeeper copy of a data ledger."""
-        if not (
-            answer.offloaded
-            and answer.referenced_as == "ledgers"
-            and req.ledger_type is LedgerType.LEDGER
-            and req.ledger_component is LedgerComponent.MANAGED_LEDGER
-        ):
+        if not _listing_of_an_offloaded_copy(req, answer):
             return False
         released = await self._verify(
             req, policy, check_bk_copy_released=True, owner_listed_digest=answer.listed_digest
@@ -403,32 +468,59 @@ class LedgerDeletionWorkflow:
         referenced, and deleting it would break the schema."""
         latest = verified
 
-        async def listed(check: int) -> str:
+        async def listed(check: int) -> _Kept | None:
             nonlocal latest
             if check:  # the first answer is the verification already made
                 latest = await self._verify(req, policy)
                 if latest.verdict is not Verdict.MATCH:
                     raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
-            return latest.reason if latest.schema_referenced else ""
+            # The locator is the schema registry's only record: a delete whose update failed failed, and the
+            # one deleting the schema asks again.
+            return _Kept(latest.reason, resent=True) if latest.schema_referenced else None
 
         await self._wait_out_grace(policy, listed)
         return latest
 
     async def _wait_out_grace(
-        self, policy: DeletionPolicy, referenced: Callable[[int], Awaitable[str]]
+        self, policy: DeletionPolicy, referenced: Callable[[int], Awaitable[_Kept | None]]
     ) -> None:
-        """Ask ``referenced`` (what still references the ledger, or "") up to ``in_use_rechecks`` more times
-        on a durable timer; still referenced after the last: kept (SKIPPED_IN_USE)."""
+        """Ask ``referenced`` (what still keeps the ledger, or None) up to ``in_use_rechecks`` more times on
+        a durable timer. Still kept after the last: acked as in use (SKIPPED_IN_USE) when the broker will
+        send the request again; otherwise dead-lettered with why (``KeptForReplay``), to be replayed."""
         for check in range(policy.in_use_rechecks + 1):
-            where = await referenced(check)
-            if not where:
+            kept = await referenced(check)
+            if kept is None:
                 return
             if check == policy.in_use_rechecks:
-                raise _Finished(Outcome.SKIPPED_IN_USE, f"{where} after {check + 1} checks")
+                where = f"{kept.where} after {check + 1} checks"
+                if kept.resent:
+                    raise _Finished(Outcome.SKIPPED_IN_USE, where)
+                self._step = Step.WAIT_IN_USE
+                raise ApplicationError(
+                    f"{where}: {kept.replay_when}", type=KEPT_FOR_REPLAY, non_retryable=True
+                )
             self._step = Step.WAIT_IN_USE
             if check == 0:
                 workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
             await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
+
+    async def _wait_until_old_enough(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
+    ) -> VerifyBkMetadataResult:
+        """A ledger younger than ``min_ledger_age_seconds`` is decided once it is that old (one durable
+        timer, then verified again): a rollover creates its ledger before it lists it in the store, and a
+        request for a ledger that new is early or wrong. Deferred, not refused: age passes by itself. The
+        wait is at most the minimum age, whatever the metadata's clock says; then the other rules decide."""
+        age = verified.age_seconds
+        if age is None or age >= policy.min_ledger_age_seconds:
+            return verified
+        self._step = Step.WAIT_LEDGER_AGE
+        workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_LEDGER_AGE.value)])
+        await workflow.sleep(timedelta(seconds=policy.min_ledger_age_seconds - age))
+        latest = await self._verify(req, policy)
+        if latest.verdict is not Verdict.MATCH:
+            raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+        return latest
 
     async def _delete_bk_ledger(
         self,
@@ -577,6 +669,32 @@ class LedgerDeletionWorkflow:
             self._failed_step = self._failed_step or step
             self._last_error = _describe(err)
             raise
+
+
+def _listing_of_an_offloaded_copy(req: PendingDeleteLedgerInfo, answer: AskOwnerBrokerResult) -> bool:
+    """The owner lists a data ledger whose offload is complete, and the request is for its BookKeeper copy."""
+    return (
+        answer.offloaded
+        and answer.referenced_as == "ledgers"
+        and req.ledger_type is LedgerType.LEDGER
+        and req.ledger_component is LedgerComponent.MANAGED_LEDGER
+    )
+
+
+def _unsettled(req: PendingDeleteLedgerInfo, verified: VerifyBkMetadataResult) -> _Kept | None:
+    """A BookKeeper ledger not yet settled enough to delete: a data ledger still open, or a ledger newer than
+    everything its owner lists in Pulsar's metadata store. (A cursor ledger is deleted open by Pulsar itself:
+    ManagedCursorImpl.switchToNewLedger deletes the old one without closing it.)"""
+    if req.ledger_component is LedgerComponent.MANAGED_LEDGER and verified.state in ("OPEN", "IN_RECOVERY"):
+        return _Kept(f"ledger {req.ledger_id} is {verified.state} in BookKeeper", False, _STILL_OPEN)
+    if 0 <= verified.newest_listed < req.ledger_id:
+        return _Kept(
+            f"ledger {req.ledger_id} is newer than every ledger its owner lists in Pulsar's metadata store "
+            f"(newest {verified.newest_listed})",
+            False,
+            _NEWER_THAN_LISTED,
+        )
+    return None
 
 
 def _publish_outcome(outcome: Outcome, failed_step: str) -> None:

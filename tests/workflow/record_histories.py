@@ -92,6 +92,12 @@ SHAPES: dict[str, Shape] = {
         data_request(901),
         {"in_use_answers": [True], "owner_lists_offloaded": True, "bk_copy_released": True},
     ),
+    # The store lists the ledger past the grace, its owner does not: dead-lettered for replay, then acked.
+    "kept_for_replay": Shape(data_request(901), {"store_listed": [True]}),
+    # The store lists the offloaded objects under the request's uuid for one check, then no more.
+    "offload_listed_then_deleted": Shape(offload_request(900), {"offload_listed": [True, False]}),
+    # The ledger is younger than the minimum age (60 s by default): a timer for the rest, verified again.
+    "young_then_deleted": Shape(data_request(901), {"ages": [59.5, 61.0]}),
 }
 
 

@@ -42,6 +42,8 @@ from ledger_deletion.contracts import (
     DeletionPolicy,
     DeletionResult,
     MessageRef,
+    OffloadListedInput,
+    OffloadListedResult,
     OffloadSupersededInput,
     OffloadSupersededResult,
     Outcome,
@@ -81,6 +83,10 @@ class Fakes:
     store_listed: list[bool] = field(
         default_factory=lambda: [False]
     )  # verify's metadata store listing, in turn
+    offload_listed: list[bool] = field(default_factory=lambda: [False])  # check_offload_listed, in turn
+    states: list[str] = field(default_factory=lambda: ["CLOSED"])  # verify's BookKeeper state, in turn
+    ages: list[float | None] = field(default_factory=lambda: [None])  # verify's age_seconds, in turn
+    newest_listed: int = -1  # verify's newest ledger listed by the ledger's owner in the store
     delete_statuses: list[DeleteBkLedgerStatus] = field(
         default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
     )
@@ -121,6 +127,8 @@ class Fakes:
             )
             listed = fakes.schema_listed.pop(0) if len(fakes.schema_listed) > 1 else fakes.schema_listed[0]
             in_store = fakes.store_listed.pop(0) if len(fakes.store_listed) > 1 else fakes.store_listed[0]
+            state = fakes.states.pop(0) if len(fakes.states) > 1 else fakes.states[0]
+            age = fakes.ages.pop(0) if len(fakes.ages) > 1 else fakes.ages[0]
             return VerifyBkMetadataResult(
                 verdict,
                 znode_version=fakes.calls["verify_bk_metadata"],
@@ -130,12 +138,22 @@ class Fakes:
                 metadata_store_listing="its managed ledger lists it in Pulsar's metadata store"
                 if in_store
                 else "",
+                state=state,
+                age_seconds=age,
+                newest_listed=fakes.newest_listed,
             )
 
         @activity.defn(name="check_offload_superseded")
         def check_offload_superseded(inp: OffloadSupersededInput) -> OffloadSupersededResult:
             fakes.calls["check_offload_superseded"] += 1
             return OffloadSupersededResult(fakes.offload_superseded)
+
+        @activity.defn(name="check_offload_listed")
+        def check_offload_listed(inp: OffloadListedInput) -> OffloadListedResult:
+            fakes.calls["check_offload_listed"] += 1
+            queue = fakes.offload_listed
+            listed = queue.pop(0) if len(queue) > 1 else queue[0]
+            return OffloadListedResult("its managed ledger lists it offloaded under its uuid" * listed)
 
         @activity.defn(name="delete_bk_ledger")
         def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
@@ -172,6 +190,7 @@ class Fakes:
             ask_owner_broker,
             verify_bk_metadata,
             check_offload_superseded,
+            check_offload_listed,
             delete_bk_ledger,
             delete_offload_segment,
             ack_messages,
@@ -304,20 +323,28 @@ async def test_in_use_check_skipped_when_request_says_so(harness: Harness) -> No
     assert harness.fakes.calls["ask_owner_broker"] == 0
 
 
+def kept_for_replay(harness: Harness, result: DeletionResult, why: str) -> None:
+    """Dead-lettered after the grace (not acked as in use: the broker will not send it again), then acked."""
+    assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "wait_in_use", result
+    assert result.reason.startswith("KeptForReplay: ") and why in result.reason
+    assert [d.failed_step for d in harness.fakes.dead_letters] == ["wait_in_use"]
+    assert harness.fakes.calls["delete_bk_ledger"] == harness.fakes.calls["delete_offload_segment"] == 0
+    assert result.messages_acked == 1
+
+
 async def test_ledger_the_metadata_store_still_lists_is_kept_though_its_owner_dropped_it(
     harness: Harness,
 ) -> None:
     """The owner answers from memory, which a trim updates before the store; a failed store write leaves the
-    ledger listed there, and the next owner loads it from there."""
+    ledger listed there, and the next owner loads it from there. The broker will not send the request
+    again, so it is kept in the dead-letter topic, not acked as in use."""
     harness.fakes.store_listed = [True]
     result = await harness.run(data_request())
-    assert result.outcome is Outcome.SKIPPED_IN_USE
-    assert "metadata store" in result.reason
-    assert harness.fakes.calls["delete_bk_ledger"] == 0
+    kept_for_replay(harness, result, "metadata store after 3 checks")
+    assert "its owner broker does not list it" in result.reason
     assert harness.fakes.calls["ask_owner_broker"] == 3
     # the first round, then the store read again after each of the owner's three answers
     assert harness.fakes.calls["verify_bk_metadata"] == 4
-    assert result.messages_acked == 1
 
 
 async def test_ledger_the_metadata_store_drops_during_grace_is_deleted(harness: Harness) -> None:
@@ -341,13 +368,14 @@ PENDING_ACK_TOPIC = "public/default/orders-sub__transaction_pending_ack"
 
 
 @pytest.mark.parametrize(
-    ("store_lists", "outcome"), [(False, Outcome.DELETED), (True, Outcome.SKIPPED_IN_USE)]
+    ("store_lists", "outcome"), [(False, Outcome.DELETED), (True, Outcome.DEAD_LETTERED)]
 )
 async def test_the_store_decides_a_ledger_of_a_topic_its_owner_cannot_load(
     harness: Harness, store_lists: bool, outcome: Outcome
 ) -> None:
     """A pending-ack store's managed ledger: the owner refuses to load it as a topic, so it cannot say. A
-    trim writes the store before it sends the ledger here: the store's listing decides alone."""
+    trim writes the store before it sends the ledger here: the store's listing decides alone (listed past
+    the grace: kept for replay)."""
     harness.fakes.owner_cannot_load = True
     harness.fakes.store_listed = [store_lists]
     result = await harness.run(data_request(topic_name=PENDING_ACK_TOPIC))
@@ -374,10 +402,9 @@ async def test_ledger_the_metadata_store_lists_is_kept_without_an_owner_to_ask(
     harness.fakes.topic_exists = not check_asked  # gone unless the request waives the check
     harness.fakes.store_listed = [True]
     result = await harness.run(data_request(check_ledger_still_in_use=check_asked))
-    assert result.outcome is Outcome.SKIPPED_IN_USE
+    kept_for_replay(harness, result, "metadata store")
     assert harness.fakes.calls["ask_owner_broker"] == 0
     assert harness.fakes.calls["verify_bk_metadata"] == 3  # first check + 2 re-checks
-    assert harness.fakes.calls["delete_bk_ledger"] == 0
 
 
 @pytest.mark.parametrize(
@@ -494,8 +521,9 @@ async def test_the_released_bk_copy_of_an_offloaded_ledger_is_deleted(
     harness: Harness, released: bool
 ) -> None:
     """The owner lists the ledger, offloaded: its reads go to tiered storage. Its BookKeeper copy is deleted
-    once the managed ledger says ``bookkeeperDeleted``; before that the broker still owns it, and it is
-    kept after the grace as any listed ledger."""
+    once the managed ledger says ``bookkeeperDeleted``; until then it is kept, and past the grace kept for
+    replay: the broker marks the copy released in memory before the store write, and will not send the
+    request again."""
     harness.fakes.in_use_answers = [True]
     harness.fakes.owner_lists_offloaded = True
     harness.fakes.bk_copy_released = released
@@ -505,7 +533,7 @@ async def test_the_released_bk_copy_of_an_offloaded_ledger_is_deleted(
         assert harness.fakes.calls["ask_owner_broker"] == 1 and harness.fakes.calls["delete_bk_ledger"] == 1
         assert harness.fakes.calls["verify_bk_metadata"] == 2  # the first round, then the released check
     else:
-        assert result.outcome is Outcome.SKIPPED_IN_USE and harness.fakes.calls["delete_bk_ledger"] == 0
+        kept_for_replay(harness, result, "has not released its BookKeeper copy")
         assert harness.fakes.calls["verify_bk_metadata"] == 1 + harness.policy.in_use_rechecks + 1
 
 
@@ -521,6 +549,82 @@ async def test_an_offloaded_listing_protects_the_offloaded_objects(harness: Harn
         harness.fakes.calls["delete_offload_segment"] == 0 and harness.fakes.calls["verify_bk_metadata"] == 0
     )
     assert harness.fakes.calls["check_offload_superseded"] == harness.policy.in_use_rechecks + 1
+
+
+async def test_offloaded_objects_the_store_still_lists_under_their_uuid_are_kept(harness: Harness) -> None:
+    """The owner no longer lists the ledger, the store still does with the request's offload uuid (a trim
+    whose store write failed): the next owner would read the ledger from these objects. Kept, and past the
+    grace kept for replay; the store is read after each of the owner's answers."""
+    harness.fakes.offload_listed = [True]
+    result = await harness.run(offload_request())
+    kept_for_replay(harness, result, "offloaded under its uuid")
+    assert harness.fakes.calls["ask_owner_broker"] == harness.fakes.calls["check_offload_listed"] == 3
+
+
+async def test_offloaded_objects_the_store_drops_during_the_grace_are_deleted(harness: Harness) -> None:
+    harness.fakes.offload_listed = [True, False]  # the store write lands during the grace
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_offload_listed"] == 2
+
+
+async def test_offloaded_objects_of_a_deleted_topic_need_no_store_read(harness: Harness) -> None:
+    harness.fakes.topic_exists = False
+    harness.fakes.offload_listed = [True]  # would be wrong to ask: no managed ledger is there
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_offload_listed"] == 0
+
+
+@pytest.mark.parametrize("state", ["OPEN", "IN_RECOVERY"])
+async def test_an_open_data_ledger_is_kept_for_replay(harness: Harness, state: str) -> None:
+    """Pulsar trims only closed ledgers: an open one is written to (or its writer died mid-rollover)."""
+    harness.fakes.states = [state]
+    result = await harness.run(data_request())
+    kept_for_replay(harness, result, f"ledger 42 is {state} in BookKeeper")
+
+
+async def test_a_data_ledger_closed_during_the_grace_is_deleted(harness: Harness) -> None:
+    harness.fakes.states = ["OPEN", "OPEN", "CLOSED"]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DELETED and harness.fakes.delete_versions == [3]
+
+
+async def test_an_open_cursor_ledger_is_deleted(harness: Harness) -> None:
+    """ManagedCursorImpl.switchToNewLedger deletes the cursor's old ledger without closing it."""
+    harness.fakes.states = ["OPEN"]
+    request = data_request(ledger_component=LedgerComponent.MANAGED_CURSOR, cursor_name="sub")
+    result = await harness.run(request)
+    assert result.outcome is Outcome.DELETED
+
+
+async def test_a_ledger_newer_than_every_listed_one_is_kept_for_replay(harness: Harness) -> None:
+    """A rollover creates its ledger before it writes the store: a request for it passes every other check.
+    PIP-186's own consumer deferred ids above the highest in use."""
+    harness.fakes.newest_listed = 41
+    result = await harness.run(data_request(ledger_id=42))
+    kept_for_replay(harness, result, "newer than every ledger its owner lists")
+    assert "(newest 41)" in result.reason
+
+
+async def test_a_ledger_older_than_the_newest_listed_one_is_deleted(harness: Harness) -> None:
+    harness.fakes.newest_listed = 43
+    result = await harness.run(data_request(ledger_id=42))
+    assert result.outcome is Outcome.DELETED
+
+
+async def test_a_young_ledger_is_decided_once_it_is_old_enough(harness: Harness) -> None:
+    """Deferred, not refused: one durable timer for the rest of the minimum age, then verified again."""
+    harness.fakes.ages = [0.3, 1.6]
+    policy = replace(harness.policy, min_ledger_age_seconds=1.5)
+    started = time.monotonic()
+    result = await harness.run(data_request(), policy=policy)
+    assert result.outcome is Outcome.DELETED and time.monotonic() - started >= 1.2
+    assert harness.fakes.calls["verify_bk_metadata"] == 2 and harness.fakes.delete_versions == [2]
+
+
+async def test_an_old_enough_ledger_is_not_deferred(harness: Harness) -> None:
+    harness.fakes.ages = [3600.0]
+    result = await harness.run(data_request(), policy=replace(harness.policy, min_ledger_age_seconds=60))
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["verify_bk_metadata"] == 1
 
 
 @pytest.mark.parametrize("offloaded", [True, False])

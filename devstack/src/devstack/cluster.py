@@ -79,6 +79,11 @@ OFFLOADER_USER_METADATA = {
 COMPACTION_CURSOR = "__compaction"  # Compactor.COMPACTION_SUBSCRIPTION
 COMPACTED_TOPIC_LEDGER_PROPERTY = "CompactedTopicLedger"
 _MINUTE_MS = 60_000
+# The ledgers a simulated cluster writes are old ones, as those a real cluster trims: each was created this
+# long before its LedgerInfo's timestamp (the others: before now). Their metadata carries that ctime, as
+# BookKeeper writes it with storeSystemTimeAsLedgerCreationTime; :meth:`SimulatedCluster.roll_over` writes a
+# brand-new one.
+LEDGER_LIFETIME_MS = 10 * _MINUTE_MS
 
 
 def _topic(name: str) -> str:
@@ -241,6 +246,7 @@ class SimulatedCluster:
                         format_version=metadata_version,
                         length=entries * entry_size,
                         last_entry_id=entries - 1,
+                        ctime=created - LEDGER_LIFETIME_MS,
                     ),
                 )
             info.ledgerInfo.insert(0, li)
@@ -405,6 +411,7 @@ class SimulatedCluster:
                     cursor_custom_metadata(ml_name, cursor_name),
                     format_version=metadata_version,
                     state="OPEN",  # a cursor ledger is written to while the cursor is open
+                    ctime=_now_ms() - LEDGER_LIFETIME_MS,
                 ),
             )
         self._put(f"{self._ml_path(name)}/{cursor_name}", serialize_managed_cursor_info(cursor))
@@ -428,6 +435,7 @@ class SimulatedCluster:
                     format_version=metadata_version,
                     length=256,
                     last_entry_id=0,  # BookkeeperSchemaStorage writes one SchemaEntry per ledger
+                    ctime=_now_ms() - LEDGER_LIFETIME_MS,
                 ),
             )
         locator.info.CopyFrom(entry)
@@ -449,6 +457,7 @@ class SimulatedCluster:
                 format_version=metadata_version,
                 length=4096,
                 last_entry_id=9,
+                ctime=_now_ms() - LEDGER_LIFETIME_MS,
             )
         )
         # compactedTo holds binary MessageIdData, which the str-valued builder cannot express.
@@ -479,7 +488,13 @@ class SimulatedCluster:
             tags.setdefault(CUSTOM_APPLICATION, application)
         self._put(
             ledger_path(ledger_id, self.ledgers_root),
-            build_pulsar_ledger_metadata(tags, format_version=metadata_version, length=512, last_entry_id=3),
+            build_pulsar_ledger_metadata(
+                tags,
+                format_version=metadata_version,
+                length=512,
+                last_entry_id=3,
+                ctime=_now_ms() - LEDGER_LIFETIME_MS,
+            ),
         )
 
     def delete_topic(self, topic: str) -> None:
@@ -555,6 +570,28 @@ class SimulatedCluster:
             publish(request)
         self.remove_ledgers_from_metadata(topic, ids)
         return requests
+
+    def roll_over(self, topic: str, *, stored: bool = False) -> int:
+        """A rollover under way: the new ledger is created in BookKeeper (OPEN, created now) and, with
+        ``stored``, appended to the topic's ledger list in the store (``updateLedgersListAfterRollover``),
+        which Pulsar does after creating it; without, nothing lists it yet. Returns its id."""
+        name = _topic(topic)
+        [ledger_id] = self.new_ledger_ids()
+        self._put(
+            ledger_path(ledger_id, self.ledgers_root),
+            build_pulsar_ledger_metadata(
+                managed_ledger_custom_metadata(managed_ledger_name(name)),
+                state="OPEN",
+                ctime=_now_ms(),
+            ),
+        )
+        if stored:
+            path = self._ml_path(name)
+            data, stat = self.zk.get(path)
+            info = parse_managed_ledger_info(data or b"")
+            info.ledgerInfo.add(ledgerId=ledger_id, timestamp=_now_ms())
+            self.zk.set(path, serialize_managed_ledger_info(info), version=stat.version)
+        return ledger_id
 
     # --- inspection ----------------------------------------------------------------------------------------
 

@@ -79,7 +79,9 @@ def build_and_mark(
     b1, b2, b3 = cluster.new_ledger_ids(3)
     c_old, c_live, c_audit, s_old, s_live, pay1, pay2, foreign = cluster.new_ledger_ids(8)
     long_id = 2**32 + cluster.new_ledger_ids(1)[0]  # ids past 2^31 live under the long znode layout
-    ev1 = cluster.new_ledger_ids(1)[0]
+    # BookKeeper's ids only grow (LongZkLedgerIdGenerator takes over once 31-bit ids run out): the topic's
+    # ledger created after it has a long id too.
+    ev1 = 2**32 + cluster.new_ledger_ids(1)[0]
 
     cluster.create_partitioned_topic(f"{ns}/orders", 2)
     cluster.create_topic(
