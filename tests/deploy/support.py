@@ -4,7 +4,6 @@ by hand where the code can say it."""
 
 from __future__ import annotations
 
-import ast
 import re
 from functools import cache
 from pathlib import Path
@@ -21,19 +20,19 @@ DEPLOY = ROOT / "deploy"
 # The endpoints the service has no default for: every deployment names each one.
 ENDPOINT_FIELDS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
 
-# The Temporal SDK's worker metrics the alerts and the dashboard use (Temporal's core SDK names, exported by
-# the service's PrometheusConfig: counters with _total, durations in seconds).
-SDK_METRICS = frozenset(
-    {
-        "temporal_worker_task_slots_available",
-        "temporal_worker_task_slots_used",
-        "temporal_num_pollers",
-        "temporal_activity_schedule_to_start_latency_bucket",
-        "temporal_workflow_task_schedule_to_start_latency_bucket",
-        "temporal_activity_execution_latency_bucket",
-        "temporal_workflow_task_execution_latency_bucket",
-    }
-)
+# The Temporal SDK's worker metrics the alerts and the dashboard use (Temporal's core SDK names as the
+# service's PrometheusConfig exports them: counters with _total, durations in seconds), with their labels:
+# the SDK's own and the service's global tag `pool` (ledger_deletion.observability.setup).
+_SDK_LABELS = frozenset({"namespace", "service_name", "task_queue", "pool"})
+SDK_METRICS: dict[str, frozenset[str]] = {
+    "temporal_worker_task_slots_available": _SDK_LABELS | {"worker_type"},
+    "temporal_worker_task_slots_used": _SDK_LABELS | {"worker_type"},
+    "temporal_num_pollers": _SDK_LABELS | {"poller_type"},
+    "temporal_activity_schedule_to_start_latency_bucket": _SDK_LABELS | {"le"},
+    "temporal_workflow_task_schedule_to_start_latency_bucket": _SDK_LABELS | {"le"},
+}
+# Labels Prometheus adds to every scraped series.
+TARGET_LABELS = frozenset({"instance", "job"})
 
 _COMPOSE_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
 
@@ -103,30 +102,38 @@ def settings_from(env: dict[str, str]) -> Settings:
 
 
 @cache
-def service_metrics() -> frozenset[str]:
-    """The Prometheus names of the service's own instruments (ledger_deletion/observability/metrics.py), as
-    the OpenTelemetry Prometheus exporter names them: counters end in _total, the histogram in seconds."""
-    source = (ROOT / "ledger_deletion" / "observability" / "metrics.py").read_text()
-    names: set[str] = set()
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        kind = node.func.attr
-        if not (kind.startswith("create_") and node.args and isinstance(node.args[0], ast.Constant)):
-            continue
-        name = str(node.args[0].value)
-        if kind == "create_counter":
-            names.add(f"{name}_total")
-        elif kind == "create_histogram":
-            names.update(f"{name}_seconds_{part}" for part in ("bucket", "sum", "count"))
+def service_metrics() -> dict[str, frozenset[str]]:
+    """The Prometheus names of the service's own instruments, with their labels (``INSTRUMENTS``), as the
+    OpenTelemetry Prometheus exporter names them: counters end in _total, the histogram in its unit."""
+    from ledger_deletion.observability.metrics import INSTRUMENTS
+
+    names: dict[str, frozenset[str]] = {}
+    for instrument in INSTRUMENTS:
+        labels = frozenset(instrument.labels)
+        if instrument.kind == "counter":
+            names[f"{instrument.name}_total"] = labels
+        elif instrument.kind == "histogram":
+            assert instrument.unit == "s", instrument
+            for part, extra in (("bucket", {"le"}), ("sum", set()), ("count", set())):
+                names[f"{instrument.name}_seconds_{part}"] = labels | extra
         else:
-            names.add(name)
-    return frozenset(names)
+            names[instrument.name] = labels
+    return names
 
 
 _METRIC = re.compile(r"\b((?:ledger_deletion|temporal)_[a-z0-9_]+)\b")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
+_MATCHER = re.compile(r"([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)\s*\"")
 
 
 def promql_metrics(expr: str) -> set[str]:
     """The service's and the SDK's metric names a PromQL expression reads."""
     return set(_METRIC.findall(expr))
+
+
+def promql_labels(expr: str) -> set[str]:
+    """The label names a PromQL expression matches on or groups by (not those label_replace writes)."""
+    without_writes = re.sub(r"label_replace\(", "(", expr)
+    without_writes = re.sub(r'\),\s*"[a-z_]+",\s*"[^"]*",\s*"[^"]*",\s*"[^"]*"\)', "))", without_writes)
+    grouped = {label.strip() for group in _GROUPING.findall(without_writes) for label in group.split(",")}
+    return {label for label in grouped if label} | set(_MATCHER.findall(without_writes))

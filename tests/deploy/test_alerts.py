@@ -11,7 +11,15 @@ from typing import Any
 
 import yaml
 
-from tests.deploy.support import DEPLOY, SDK_METRICS, load_yaml, promql_metrics, service_metrics
+from tests.deploy.support import (
+    DEPLOY,
+    SDK_METRICS,
+    TARGET_LABELS,
+    load_yaml,
+    promql_labels,
+    promql_metrics,
+    service_metrics,
+)
 
 PROMETHEUS = DEPLOY / "prometheus"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "ledger-deletion.json"
@@ -53,15 +61,18 @@ def test_the_compose_prometheus_config_is_valid_and_loads_the_rules(promtool: st
     assert "SUCCESS: 1 rule files found" in out
 
 
-def test_alerts_and_dashboard_read_only_exported_metrics() -> None:
-    exported = service_metrics() | SDK_METRICS
+def test_alerts_and_dashboard_read_only_exported_metrics_and_their_labels() -> None:
+    exported = {**service_metrics(), **SDK_METRICS}
     queries = [rule["expr"] for rule in alert_rules()] + dashboard_queries()
     for expr in queries:
-        unknown = promql_metrics(expr) - exported
+        metrics = promql_metrics(expr)
+        unknown = metrics - set(exported)
         assert not unknown, f"{expr!r} reads metrics nobody exports: {unknown}"
+        labels = TARGET_LABELS.union(*(exported[m] for m in metrics))
+        assert promql_labels(expr) <= labels, f"{expr!r} uses labels its metrics lack"
     read = set().union(*(promql_metrics(q) for q in queries))
     # Every service metric is on the dashboard (the histogram through its buckets and counts).
-    assert service_metrics() - read <= {"ledger_deletion_step_duration_seconds_sum"}
+    assert set(service_metrics()) - read <= {"ledger_deletion_step_duration_seconds_sum"}
 
 
 def test_the_dashboard_queries_parse(promtool: str, tmp_path: Path) -> None:
