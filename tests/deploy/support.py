@@ -12,13 +12,13 @@ from typing import Any
 import yaml
 from pydantic import AliasChoices
 
-from ledger_deletion.settings import Settings
+from ledger_deletion.settings import ENDPOINTS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 
 # The endpoints the service has no default for: every deployment names each one.
-ENDPOINT_FIELDS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
+ENDPOINT_FIELDS = ENDPOINTS
 
 # The Temporal SDK's worker metrics the alerts and the dashboard use (Temporal's core SDK names as the
 # service's PrometheusConfig exports them: counters with _total, durations in seconds), with their labels:

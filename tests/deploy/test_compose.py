@@ -282,6 +282,8 @@ def test_pulsar_keeps_its_metadata_and_ledgers_in_the_zookeeper_the_service_read
         assert f"--zookeeper {settings.zookeeper}" in init, name
     cluster = broker["clusterName"]
     assert bookie["clusterName"] == cluster and f"--cluster {cluster}" in init
+    for name in ours():
+        assert settings_from(env(services()[name])).pulsar_cluster == cluster, name
     assert f"/admin/clusters/{cluster}" in init, "a restart must not initialise the cluster again"
     # Not standalone: standalone Pulsar with its own ZooKeeper ignores the configured metadata store.
     assert not any("standalone" in json.dumps(s.get("command", "")) for s in services().values())

@@ -260,6 +260,8 @@ def test_the_pulsar_token_is_the_charts_client_token_and_only_the_pulsar_pool_ha
     release = host.split(".")[0].removesuffix("-broker")  # the chart's service <release>-broker
     # The chart's jwt secrets: <release>-token-<auth.superUsers.client> (default "admin"), key TOKEN.
     expected = {"name": f"{release}-token-admin", "key": "TOKEN", "optional": True}
+    # Redirects are followed to the brokers of the chart's cluster (clusterName defaults to the release's).
+    assert settings(overlay).pulsar_cluster == release
     for pool, deployment in pool_deployments(overlay).items():
         env = {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}
         if pool == "pulsar":
