@@ -245,6 +245,9 @@ class ShapeRow:
     messages: int = 0
     wrong: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # A: Counts summed over the shape's runs
+    # A: the most common (events, workflow tasks) of the shape's ledgers: the path's own cost, which no
+    # timed-out task or result split across two tasks on a busy machine changes
+    typical: list[int] = field(default_factory=list)
     deliveries: int = 0  # B: deliveries of the shape's messages (first delivery and every reconsume)
 
 
@@ -355,10 +358,16 @@ async def run_a(
     if count_histories:
         counts = await fetch_counts(run.client, [(c.workflow_id, c.run_id) for c in closed])
         by_shape: dict[str, Counts] = defaultdict(Counts)
+        by_ledger: dict[str, Counts] = defaultdict(Counts)
         for (workflow_id, _), one in counts.items():
             by_shape[expected[workflow_id].shape] += one
+            by_ledger[workflow_id] += one
+        typical: dict[str, Counter[tuple[int, int]]] = defaultdict(Counter)
+        for workflow_id, ledger in by_ledger.items():
+            typical[expected[workflow_id].shape][ledger.events, ledger.workflow_tasks] += 1
         for shape, row in shapes.items():
             row.counts = asdict(by_shape[shape])
+            row.typical = list(typical[shape].most_common(1)[0][0]) if typical[shape] else []
         result.totals = asdict(sum(counts.values(), Counts()))
         result.counted = True
     result.shapes = {shape: row for shape, row in shapes.items() if row.ledgers}

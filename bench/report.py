@@ -44,16 +44,23 @@ def shape_lines(a: dict[str, Any], b: dict[str, Any] | None) -> list[str]:
     """Per ledger of each shape: A's counts (from the histories) and B's deliveries; then all, per message."""
     width = 40
     header = f"{'shape (per ledger)':<{width}} {'ledgers':>7} {'msgs':>5}"
-    header += "".join(f" {title:>9}" for title, _, _ in COUNT_COLUMNS) + f" {'B deliv':>8}"
+    header += "".join(f" {title:>9}" for title, _, _ in COUNT_COLUMNS) + f" {'typical':>8} {'B deliv':>8}"
     lines = [header]
     b_shapes = (b or {}).get("shapes", {})
 
     def row(
-        label: str, ledgers: int, messages: int, counts: dict[str, int], per: int, deliveries: float
+        label: str,
+        ledgers: int,
+        messages: int,
+        counts: dict[str, int],
+        per: int,
+        typical: list[int],
+        deliveries: float,
     ) -> str:
         cells = "".join(f" {_cell(key, counts.get(key, 0) / per, fmt):>9}" for _, key, fmt in COUNT_COLUMNS)
+        usual = "/".join(map(str, typical)) or "-"
         b_cell = f"{deliveries:.2f}" if b else "-"
-        return f"{label[:width]:<{width}} {ledgers:>7} {messages:>5}{cells} {b_cell:>8}"
+        return f"{label[:width]:<{width}} {ledgers:>7} {messages:>5}{cells} {usual:>8} {b_cell:>8}"
 
     for shape in SHAPES:
         got = a["shapes"].get(shape)
@@ -61,10 +68,13 @@ def shape_lines(a: dict[str, Any], b: dict[str, Any] | None) -> list[str]:
             continue
         b_row = b_shapes.get(shape, {})
         deliveries = b_row.get("deliveries", 0) / max(1, b_row.get("ledgers", 0))
-        lines.append(row(shape, got["ledgers"], got["messages"], got["counts"], got["ledgers"], deliveries))
+        typical = got.get("typical", [])
+        lines.append(
+            row(shape, got["ledgers"], got["messages"], got["counts"], got["ledgers"], typical, deliveries)
+        )
     ledgers = sum(s["ledgers"] for s in a["shapes"].values())
     per_message = (b or {}).get("deliveries", 0) / max(1, (b or {}).get("n", 0))
-    lines.append(row("all, per message", ledgers, a["n"], a["totals"], a["n"], per_message))
+    lines.append(row("all, per message", ledgers, a["n"], a["totals"], a["n"], [], per_message))
     return lines
 
 

@@ -50,7 +50,7 @@ def test_the_table_leads_with_the_counts_per_shape(run: tuple[dict[str, Any], st
     table = report["table"]
     assert table in printed
     header = next(line for line in table.splitlines() if line.startswith("shape (per ledger)")).split()
-    for column in ("events", "tasks", "markers", "actions", "KB", "deliv"):
+    for column in ("events", "tasks", "markers", "actions", "KB", "typical", "deliv"):
         assert column in header
     rows = {line[:40].rstrip() for line in table.splitlines()}
     assert {BK, LATE, DUPLICATE, IN_USE, "all, per message"} <= rows

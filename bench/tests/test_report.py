@@ -26,7 +26,9 @@ def _counts(ledgers: int, events: int, workflow_tasks: int, activities: int, **m
 
 def _a() -> AResult:
     shapes = {
-        BK: ShapeRow(ledgers=8, messages=8, counts=_counts(8, 33, 5, 5, actions=7, history_bytes=7168)),
+        BK: ShapeRow(
+            ledgers=8, messages=8, counts=_counts(8, 33, 5, 5, actions=7, history_bytes=7168), typical=[33, 5]
+        ),
         DUPLICATE: ShapeRow(ledgers=1, messages=2, counts=_counts(1, 36, 6, 5, signals=1, actions=8)),
         IN_USE: ShapeRow(ledgers=1, messages=1, counts=_counts(1, 63, 11, 7, timers=3, actions=13)),
     }
@@ -86,23 +88,12 @@ def test_each_shape_shows_its_counts_per_ledger_and_b_s_deliveries() -> None:
     table = print_table(_report(_a(), _b()))
 
     header = table.splitlines()[2].split()
-    for column in ("events", "tasks", "markers", "timers", "signals", "actions", "transit", "KB", "deliv"):
+    for column in ("events", "tasks", "markers", "timers", "signals", "actions", "transit", "KB", "typical"):
         assert column in header
-    assert _row(table, BK) == [
-        "8",
-        "8",
-        "33.0",
-        "5.00",
-        "5.00",
-        "0.00",
-        "0.00",
-        "0.00",
-        "7.00",
-        "0.0",
-        "7.0",
-        "1.00",
-    ]
+    bk_row = "8 8 33.0 5.00 5.00 0.00 0.00 0.00 7.00 0.0 7.0 33/5 1.00"  # typical: 33 events, 5 tasks
+    assert _row(table, BK) == bk_row.split()
     assert _row(table, DUPLICATE)[:3] == ["1", "2", "36.0"]
+    assert _row(table, DUPLICATE)[-2] == "-"  # no typical run given
     assert _row(table, DUPLICATE)[7] == "1.00"  # the second message joined the run: one signal
     assert _row(table, IN_USE)[6] == "3.00"  # three re-checks on a timer
     assert _row(table, IN_USE)[-1] == "4.00"  # B: the first delivery and three reconsumes
