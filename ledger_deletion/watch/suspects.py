@@ -35,7 +35,6 @@ SOURCE_PROPERTY: Final = "source"  # the key reconcile tags its requests with to
 SOURCE: Final = "watcher"
 REASON_PROPERTY: Final = "watcher-reason"
 WORKFLOW_ID_PREFIX: Final = "ledger-deletion-watch/"
-_RESYNC: Final = "resync/"
 
 
 class Reason(StrEnum):
@@ -64,15 +63,14 @@ class Suspect:
     @property
     def workflow_id(self) -> str:
         """One suspect workflow per (type, ledger[, offload uuid]), as the service keys its deletions: a
-        ledger suspected twice (a resync after a restart, two watchers for a moment) is waited for once.
+        ledger suspected twice (by the diff of one watcher and the resync of the next, or by two watchers
+        for a moment) is waited for and requested once.
 
-        A resync's suspects have ids of their own: one may find its ledger referenced after all (created
-        just before the resync and not yet stored by its broker), and that closed run must not block the
-        suspect the same ledger becomes when it really leaves its list.
+        A resync's suspects share these ids: a resync leaves out every ledger newer than what its owner
+        lists (:mod:`ledger_deletion.watch.resync`), and ids only grow, so none of its suspects is listed
+        again later, to find its id taken by a run that ended with it referenced.
         """
-        base = self.request.workflow_id.removeprefix("ledger-deletion/")
-        resync = _RESYNC if self.reason is Reason.UNREFERENCED else ""
-        return f"{WORKFLOW_ID_PREFIX}{resync}{base}"
+        return WORKFLOW_ID_PREFIX + self.request.workflow_id.removeprefix("ledger-deletion/")
 
     @property
     def key(self) -> tuple[LedgerType, int]:

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -239,8 +239,13 @@ class Stack:
     def endpoints(self) -> StackEndpoints:
         return StackEndpoints.for_ports(self.ports)
 
-    def up(self, install: bool = True, *, timeout: float = 120.0) -> StackEndpoints:
+    def up(
+        self, install: bool = True, *, timeout: float = 120.0, only: Collection[str] | None = None
+    ) -> StackEndpoints:
         """Start whatever is not running, wait until every service is healthy, and return the endpoints.
+
+        ``only``: these services (of :data:`SERVICES`) and no others, e.g. a private ZooKeeper for a test
+        that restarts it.
 
         Idempotent: running, healthy services are left alone; a healthy service on the right port that this
         stack did not start (another state dir, a developer's own server) is reused as it is.
@@ -255,7 +260,7 @@ class Stack:
             self._record_ports()
             if install:
                 ensure_installed()
-            services = self._services()
+            services = [s for s in self._services() if only is None or s.name in only]
             to_start: list[_Service] = []
             for service in services:  # check every port before starting anything
                 if self._pid(service) is not None:
