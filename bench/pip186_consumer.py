@@ -1,39 +1,41 @@
 """Baseline B: a PIP-186 consumer without Temporal that decides as the service does.
 
-It makes the service's checks and deletes through the same adapters (``ledger_deletion.adapters``) and the
-same activity bodies (called directly, undecorated, so ``activities.bookkeeper`` decides):
+It makes the service's checks through the same adapters (``ledger_deletion.adapters``) and the same activity
+bodies (called directly, undecorated, so ``activities.bookkeeper`` decides), with the rules of
+``workflows/ledger_deletion.py``:
 
 1. receive from the deletion topic and its RETRY topic (Shared subscription);
-2. LEDGER: check the topic exists (admin REST) and read the ledger's znode with the same verification as the
-   service: its metadata judged (not found / mismatch / not pulsar → ack), a schema ledger's schema locator,
-   and Pulsar's metadata-store listing (the managed ledger's ledger list, a cursor's ``cursorsLedgerId``);
-   then, when the topic exists and ``checkLedgerStillInUse``, ask the owner broker, and read the listing
-   again if it listed the ledger before that answer. Still referenced (locator, owner, listing) → the in-use
-   grace below. Then compare-and-delete the znode;
-   OFFLOAD_LEDGER: check the topic, ask the owner broker as above, then delete and confirm the objects of
-   the offload context;
-3. the in-use grace: a referenced ledger's message is reconsumed after ``in_use_recheck_seconds`` and every
-   check made again, up to ``in_use_rechecks`` times (the service's settings); still referenced after the
-   last → acked as SKIPPED_IN_USE. Each time, the request's workflow id is written to ``--in-use-report``
-   (the benchmark releases its late requests from there);
+2. LEDGER: check the topic exists (admin REST) and verify the ledger's znode: its metadata judged (not found
+   / mismatch / not pulsar → ack); a ledger younger than ``min_ledger_age_seconds`` is reconsumed once it is
+   that old; a schema ledger its locator lists is in use; when the topic exists and
+   ``checkLedgerStillInUse``, the owner broker is asked (its listing of an offloaded copy keeps the BK copy),
+   and what the store said is read again after its answer; Pulsar's metadata-store listing (the managed
+   ledger's ledger list, a cursor's ``cursorsLedgerId``), a data ledger still open, or a ledger newer than
+   everything its owner lists keep it. Then compare-and-delete the znode;
+   OFFLOAD_LEDGER: check the topic; when it exists, ask the owner broker as above (one that cannot load the
+   topic: dead letter) and whether Pulsar's metadata store still lists the objects; then delete and confirm
+   the objects of the offload context;
+3. the in-use grace: a kept ledger's message is reconsumed after ``in_use_recheck_seconds`` and every check
+   made again, up to ``in_use_rechecks`` times (the service's settings). Still kept after the last: acked as
+   SKIPPED_IN_USE when the broker sends the request again once it lets go (its owner or the schema locator
+   still references it), dead-lettered to be replayed otherwise (the store, an open or new ledger), as the
+   service does. Each time, the request's workflow id is written to ``--in-use-report`` (the benchmark
+   releases its late requests from there);
 4. success → ack. Transient failure, or the znode changed between verify and delete → ``reconsumeLater``:
    publish the message to the RETRY topic with ``deliver_after`` and ``RECONSUMETIMES`` + 1, ack the
    original; after ``--max-reconsume`` (10) the message goes to the DLQ and is acked. Undecodable or
    permanently invalid → DLQ, ack.
 
-Where it decides otherwise than the service, it keeps the ledger (never deletes what the service keeps):
+Where it decides otherwise than the service, it keeps what the service would delete, never the reverse:
 
-* an offloaded ledger whose BookKeeper copy the broker released (the owner lists it offloaded,
-  ``bookkeeperDeleted``): the service deletes the BK copy, B keeps it as in use;
+* the BookKeeper copy of an offloaded ledger the owner lists: the service deletes it once the store says
+  the broker released it (``bookkeeperDeleted``); B keeps it, and dead-letters it after the grace;
 * the objects of an offload attempt a later attempt replaced while the owner still lists the ledger: the
-  service deletes them, B keeps them as in use;
-* an owner broker that cannot load the topic (a transaction-internal managed ledger): for a BK ledger both
-  let Pulsar's metadata store decide; for an offloaded copy the service dead-letters the request, B keeps
-  it as in use;
+  service deletes them; B keeps them as in use;
 * messages for one ledger are decided one by one, each on its own (the service decides a joining message's
   request in the run already going): a duplicate's second message finds the znode gone (ALREADY_DELETED);
 * a re-check (a retry, the grace, a version race) makes every check again, where the service makes again
-  only the step that failed or what referenced the ledger.
+  only the step that failed or what kept the ledger.
 
 pulsar-lite ignores ``deliver_after`` (a message sent with a 3 s delay arrives at once), so the consumer
 also honours the due time it writes into the ``DELAY_UNTIL_MS`` property, holding a retried message
@@ -79,9 +81,8 @@ from ledger_deletion.contracts import (  # noqa: E402
     AskOwnerBrokerInput,
     AskOwnerBrokerResult,
     CheckTopicInput,
-    DeleteBkLedgerInput,
-    DeleteBkLedgerStatus,
     DeleteOffloadInput,
+    OffloadListedInput,
     Outcome,
     Verdict,
     VerifyBkMetadataInput,
@@ -89,12 +90,13 @@ from ledger_deletion.contracts import (  # noqa: E402
 )
 from ledger_deletion.errors import InvalidRequestError, PermanentError, TransientError  # noqa: E402
 from ledger_deletion.formats.avro import decode_request  # noqa: E402
-from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo  # noqa: E402
+from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo  # noqa: E402
 from ledger_deletion.settings import Settings  # noqa: E402
 from workers.pools import admin_client, object_store  # noqa: E402
 
 RECONSUMETIMES = "RECONSUMETIMES"
 IN_USE_CHECKS = "IN_USE_CHECKS"  # in-use answers so far: the grace's count, apart from the retry budget
+AGE_WAITED = "AGE_WAITED"  # the one wait for a ledger younger than min_ledger_age_seconds is over
 DELAY_UNTIL = "DELAY_UNTIL_MS"
 ORIGIN_PUBLISH = "ORIGIN_PUBLISH_MS"  # first publish time, kept across reconsumes for the latency
 _VERDICT = {
@@ -135,6 +137,7 @@ class Pip186Consumer:
         pulsar_metadata = PulsarMetadataStore(
             settings.pulsar_metadata_hosts, settings.zookeeper_timeout_seconds
         )
+        self.store = store
         self.bk = BookKeeperActivities(store, pulsar_metadata)
         self.offload = OffloadActivities(
             object_store(settings, concurrency), settings.offload_bucket, settings.s3_endpoint_alias_list
@@ -234,11 +237,14 @@ class Pip186Consumer:
             self._dead_letter(message, str(exc))
             return
         try:
-            outcome = self._decide(request)
+            outcome = self._decide(request, aged=AGE_WAITED in message.properties())
         except _Decided as decided:
             outcome = decided.outcome
-        except _InUse as exc:
-            self._recheck_later(message, request, str(exc))
+        except _TooYoung as young:
+            self._send_to_retry(message, {AGE_WAITED: "1"}, young.wait_seconds)
+            return
+        except _Kept as kept:
+            self._recheck_later(message, request, kept)
             return
         except TransientError as exc:
             self._reconsume_later(message, request, str(exc))
@@ -248,46 +254,69 @@ class Pip186Consumer:
             return
         self._ack(message, outcome.value, request.workflow_id)
 
-    def _decide(self, req: PendingDeleteLedgerInfo) -> Outcome:
-        """Delete the ledger if every check allows it; raises ``_InUse`` while something references it."""
+    def _decide(self, req: PendingDeleteLedgerInfo, *, aged: bool) -> Outcome:
+        """Delete the ledger or its objects if every check allows it; raises ``_Kept`` while something keeps
+        it, ``_TooYoung`` for a ledger to decide later."""
         exists = _raw(PulsarAdminActivities.check_topic)(self.admin, CheckTopicInput(req.topic_name)).exists
         owner_check = exists and req.check_ledger_still_in_use
         if req.ledger_type is LedgerType.OFFLOAD_LEDGER:
-            if owner_check and (answer := self._ask_owner(req)).in_use:
-                raise _InUse(f"the owner broker references it ({answer.referenced_as})")
-            assert req.context is not None  # validated when the request was decoded
-            result = _raw(OffloadActivities.delete_offload_segment)(
-                self.offload, DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context)
-            )
-            outcome: Outcome = result.outcome
-            return outcome
+            return self._delete_offload(req, exists, owner_check)
         verified = self._verify(req)
+        age = verified.age_seconds
+        if not aged and age is not None and age < self.settings.min_ledger_age_seconds:
+            raise _TooYoung(self.settings.min_ledger_age_seconds - age)
         if verified.schema_referenced:
-            raise _InUse(verified.reason)
+            raise _Kept(verified.reason, resent=True)
         if owner_check:
             answer = self._ask_owner(req)
             # An owner that cannot load the topic cannot say: the metadata store decides, as in the service.
             if answer.in_use and not answer.owner_cannot_load:
-                raise _InUse(f"the owner broker references it ({answer.referenced_as})")
-            if verified.metadata_store_listing:  # read before the owner's answer: read it again
-                verified = self._verify(req)
+                offloaded_copy = (
+                    answer.offloaded
+                    and answer.referenced_as == "ledgers"
+                    and req.ledger_component is LedgerComponent.MANAGED_LEDGER
+                )
+                where = f"the owner broker references it ({answer.referenced_as})"
+                raise _Kept(where + (", offloaded" if offloaded_copy else ""), resent=not offloaded_copy)
+            if verified.metadata_store_listing or _unsettled(req, verified):
+                verified = self._verify(req)  # read before the owner's answer: read it again
         if verified.metadata_store_listing:
-            raise _InUse(verified.metadata_store_listing)
-        deleted = _raw(BookKeeperActivities.delete_bk_ledger)(
-            self.bk, DeleteBkLedgerInput(req.ledger_id, verified.znode_version)
-        )
-        if deleted.status is DeleteBkLedgerStatus.VERSION_CHANGED:
+            raise _Kept(verified.metadata_store_listing, resent=False)
+        if unsettled := _unsettled(req, verified):
+            raise _Kept(unsettled, resent=False)
+        # Compare-and-delete, as delete_bk_ledger does (without its Temporal attempt count).
+        deleted = self.store.delete(req.ledger_id, verified.znode_version)
+        if deleted is None:
+            return Outcome.ALREADY_DELETED
+        if not deleted:
             raise _VersionChanged(f"ledger {req.ledger_id} changed between verify and delete")
-        return Outcome.DELETED if deleted.status is DeleteBkLedgerStatus.DELETED else Outcome.ALREADY_DELETED
+        return Outcome.DELETED
+
+    def _delete_offload(self, req: PendingDeleteLedgerInfo, exists: bool, owner_check: bool) -> Outcome:
+        if owner_check:
+            answer = self._ask_owner(req)
+            if answer.owner_cannot_load:
+                raise PermanentError(f"the owner broker cannot load {req.topic_name}: it cannot say")
+            if answer.in_use:
+                raise _Kept(f"the owner broker references it ({answer.referenced_as})", resent=True)
+        if exists:
+            listed = _raw(BookKeeperActivities.check_offload_listed)(self.bk, OffloadListedInput(req))
+            if listed.listing:
+                raise _Kept(listed.listing, resent=False)
+        assert req.context is not None  # validated when the request was decoded
+        result = _raw(OffloadActivities.delete_offload_segment)(
+            self.offload, DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context)
+        )
+        outcome: Outcome = result.outcome
+        return outcome
 
     def _verify(self, req: PendingDeleteLedgerInfo) -> VerifyBkMetadataResult:
         verified: VerifyBkMetadataResult = _raw(BookKeeperActivities.verify_bk_metadata)(
             self.bk, VerifyBkMetadataInput(req)
         )
         if verified.verdict is not Verdict.MATCH:
-            raise _Decided(
-                _VERDICT[verified.verdict]
-            )  # "if the param didn't match, we also think it succeeded"
+            # "if the param didn't match, we also think it succeeded"
+            raise _Decided(_VERDICT[verified.verdict])
         return verified
 
     def _ask_owner(self, req: PendingDeleteLedgerInfo) -> AskOwnerBrokerResult:
@@ -296,11 +325,14 @@ class Pip186Consumer:
         )
         return answer
 
-    def _recheck_later(self, message: Any, request: PendingDeleteLedgerInfo, reason: str) -> None:
+    def _recheck_later(self, message: Any, request: PendingDeleteLedgerInfo, kept: _Kept) -> None:
         """The in-use grace: check again after ``in_use_recheck_seconds``, up to ``in_use_rechecks`` times."""
         checks = int(message.properties().get(IN_USE_CHECKS, 0))
         if checks >= self.settings.in_use_rechecks:
-            self._ack(message, Outcome.SKIPPED_IN_USE.value, request.workflow_id)
+            if kept.resent:
+                self._ack(message, Outcome.SKIPPED_IN_USE.value, request.workflow_id)
+            else:  # the broker will not send it again: kept in the DLQ, to be replayed
+                self._dead_letter(message, f"kept for replay: {kept}", request.workflow_id)
             return
         if self.in_use_report is not None:
             with self.lock, self.in_use_report.open("a") as report:
@@ -352,7 +384,8 @@ class Pip186Consumer:
         now = time.time()
         properties = message.properties()
         published = float(properties.get(ORIGIN_PUBLISH, message.publish_timestamp())) / 1000
-        deliveries = 1 + int(properties.get(RECONSUMETIMES, 0)) + int(properties.get(IN_USE_CHECKS, 0))
+        redeliveries = (int(properties.get(name, 0)) for name in (RECONSUMETIMES, IN_USE_CHECKS, AGE_WAITED))
+        deliveries = 1 + sum(redeliveries)
         record = {
             "id": workflow_id,
             "outcome": outcome,
@@ -378,8 +411,32 @@ class _VersionChanged(TransientError):
     """The znode changed between verify and delete: reconsume the whole message."""
 
 
-class _InUse(Exception):
-    """Something still references the ledger: the in-use grace."""
+class _Kept(Exception):
+    """Something keeps the ledger: the in-use grace. ``resent``: the broker sends the request again once it
+    lets go, so one kept past the grace is acked (SKIPPED_IN_USE) rather than dead-lettered."""
+
+    def __init__(self, where: str, *, resent: bool) -> None:
+        super().__init__(where)
+        self.resent = resent
+
+
+class _TooYoung(Exception):
+    """A ledger younger than ``min_ledger_age_seconds``: decided once it is that old."""
+
+    def __init__(self, wait_seconds: float) -> None:
+        super().__init__(f"decided in {wait_seconds:.0f} s")
+        self.wait_seconds = wait_seconds
+
+
+def _unsettled(req: PendingDeleteLedgerInfo, verified: VerifyBkMetadataResult) -> str:
+    """The service's rule (``workflows/ledger_deletion.py``, ``_unsettled``): a data ledger still open, or a
+    ledger newer than everything its owner lists in Pulsar's metadata store, is not deleted yet."""
+    if req.ledger_component is LedgerComponent.MANAGED_LEDGER and verified.state in ("OPEN", "IN_RECOVERY"):
+        return f"ledger {req.ledger_id} is {verified.state} in BookKeeper"
+    if 0 <= verified.newest_listed < req.ledger_id:
+        newest = verified.newest_listed
+        return f"ledger {req.ledger_id} is newer than every ledger its owner lists (newest {newest})"
+    return ""
 
 
 class _Decided(Exception):

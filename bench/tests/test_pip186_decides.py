@@ -1,5 +1,6 @@
-"""Benchmark B keeps what the service keeps: a schema ledger its locator lists, a data or cursor ledger
-Pulsar's metadata store lists, a ledger in use through the grace; and deletes one released in the grace.
+"""Benchmark B keeps what the service keeps, as the service does: a schema ledger its locator lists (in use),
+a data or cursor ledger Pulsar's metadata store lists and a new ledger still open (dead-lettered for replay
+after the grace); and deletes one released during the grace.
 
 Real ZooKeeper, pulsar-lite and admin emulator on the shared stack; the requests do not ask the owner broker
 (``checkLedgerStillInUse`` false) where the metadata store alone must keep the ledger.
@@ -35,15 +36,18 @@ def test_b_keeps_what_pulsar_still_lists_and_deletes_what_it_released(
         dead_letter_topic=f"{settings.topic}-decides-{suffix}-DLQ",
         in_use_rechecks=2,
         in_use_recheck_seconds=0.5,
+        min_ledger_age_seconds=5.0,
     )
     topic = f"bench-b-{suffix}/ns/t"
-    trimmed, listed, late, cursor, schema = cluster.new_ledger_ids(5)
+    # Ascending ids: the ledger still listed is the topic's newest, as the one it writes to would be.
+    trimmed, late, listed, cursor, schema = cluster.new_ledger_ids(5)
     cluster.create_topic(topic, [trimmed, listed, late])
     cluster.add_cursor(topic, "sub", cursor)
     cluster.add_schema(topic, [schema])
     (trim_request,) = cluster.requests_for_trim(topic, [trimmed])
     cluster.remove_ledgers_from_metadata(topic, [trimmed])
     (late_request,) = cluster.requests_for_trim(topic, [late])
+    opened = cluster.roll_over(topic)  # created a moment ago, open, listed nowhere yet
     name = trim_request.topic_name  # persistent://bench-b-…/ns/t
     requests = {
         "trimmed": trim_request,
@@ -67,6 +71,9 @@ def test_b_keeps_what_pulsar_still_lists_and_deletes_what_it_released(
             check_ledger_still_in_use=False,
         ),
         "late": late_request,
+        "open": PendingDeleteLedgerInfo(
+            name, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, opened, check_ledger_still_in_use=False
+        ),
     }
     reports = tmp_path / "in-use.txt"
     releases = LateTrims(cluster, Seeded("decides", late={late_request.workflow_id: (topic, late)}))
@@ -91,12 +98,15 @@ def test_b_keeps_what_pulsar_still_lists_and_deletes_what_it_released(
     deliveries = {name: decided[request.workflow_id]["deliveries"] for name, request in requests.items()}
     assert outcome == {
         "trimmed": Outcome.DELETED.value,
-        "listed": Outcome.SKIPPED_IN_USE.value,  # the managed ledger's ledger list
-        "cursor": Outcome.SKIPPED_IN_USE.value,  # the cursor's cursorsLedgerId
+        "listed": Outcome.DEAD_LETTERED.value,  # the managed ledger's ledger list
+        "cursor": Outcome.DEAD_LETTERED.value,  # the cursor's cursorsLedgerId
         "schema": Outcome.SKIPPED_IN_USE.value,  # the schema locator
         "late": Outcome.DELETED.value,  # released once B found it in use
+        "open": Outcome.DEAD_LETTERED.value,  # decided once 5 s old: still open
     }
-    assert deliveries == {"trimmed": 1, "listed": 3, "cursor": 3, "schema": 3, "late": 2}
+    # The first delivery, one per re-check of the grace, and the open ledger's wait for its minimum age.
+    assert deliveries == {"trimmed": 1, "listed": 3, "cursor": 3, "schema": 3, "late": 2, "open": 4}
+    assert "kept for replay" in decided[requests["open"].workflow_id]["reason"]
     assert releases.released == 1
     assert not cluster.ledger_exists(trimmed) and not cluster.ledger_exists(late)
-    assert all(cluster.ledger_exists(ledger) for ledger in (listed, cursor, schema))
+    assert all(cluster.ledger_exists(ledger) for ledger in (listed, cursor, schema, opened))
