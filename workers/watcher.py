@@ -49,6 +49,7 @@ from temporalio.worker import Worker
 
 from activities.reconcile_job import ReconcileJobActivities
 from activities.watch import SuspectActivities
+from ledger_deletion import connections
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore, kazoo_client
@@ -233,7 +234,7 @@ class Watcher:
         ids = await asyncio.to_thread(unreferenced, listed, self.snapshot)
         metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
         known = {s.key for s in suspects}
-        suspects += unreferenced_suspects(metadata, self.snapshot, known)
+        suspects += await asyncio.to_thread(unreferenced_suspects, metadata, self.snapshot, known)
         self.stats.resyncs += 1
         log.info(
             "resync: %d records, %d BookKeeper ledgers listed, %d unreferenced, %d suspects (%.1f s)",
@@ -352,19 +353,34 @@ async def run_watcher(
     async with AsyncExitStack() as stack:
         timeout = settings.zookeeper_timeout_seconds
         metadata_zk = kazoo_client(
-            settings.pulsar_metadata_hosts, timeout, _auth(settings.pulsar_metadata_digest_value)
+            settings.pulsar_metadata_hosts,
+            timeout,
+            _auth(settings.pulsar_metadata_digest_value),
+            connections.zookeeper_security(settings, pulsar_metadata=True),
         )
-        bk_zk = kazoo_client(settings.zookeeper, timeout, _auth(settings.zookeeper_digest_value))
+        bk_zk = kazoo_client(
+            settings.zookeeper,
+            timeout,
+            _auth(settings.zookeeper_digest_value),
+            connections.zookeeper_security(settings),
+        )
         for zk in (metadata_zk, bk_zk):
             await asyncio.to_thread(zk.start, timeout)
             stack.callback(zk.close)
             stack.callback(zk.stop)
         ledgers = LedgerStore(
-            settings.zookeeper, settings.bk_ledgers_root, timeout, settings.zookeeper_digest_value
+            settings.zookeeper,
+            settings.bk_ledgers_root,
+            timeout,
+            settings.zookeeper_digest_value,
+            connections.zookeeper_security(settings),
         )
         stack.callback(ledgers.close)
         pulsar_metadata = PulsarMetadataStore(
-            settings.pulsar_metadata_hosts, timeout, settings.pulsar_metadata_digest_value
+            settings.pulsar_metadata_hosts,
+            timeout,
+            settings.pulsar_metadata_digest_value,
+            connections.zookeeper_security(settings, pulsar_metadata=True),
         )
         stack.callback(pulsar_metadata.close)
         publisher = RequestPublisher(settings)

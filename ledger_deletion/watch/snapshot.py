@@ -67,6 +67,8 @@ class Snapshot:
         record = classify(path)
         if isinstance(record, ManagedLedgerRecord):
             before = self.managed_ledgers.get(record.name)
+            if before is not None and before == data:
+                return []  # read again unchanged (two events of one round, a write of the same list)
             stored = self._set(path, data)
             return (
                 self._ml_changes(record.name, before, self.managed_ledgers.get(record.name)) if stored else []
