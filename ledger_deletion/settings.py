@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -44,6 +44,7 @@ POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
 # ``ledger-deletion watch``: Temporal, Pulsar's metadata and BookKeeper's ledgers, and the deletion topic.
 WATCH_ENDPOINTS = (*TEMPORAL, "zookeeper", "pulsar_url")
 ENDPOINTS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STACK_HINT = 'for the embedded stack run: eval "$(ledger-deletion stack env)"'
 
 # Steps that take a retry override (the dead letter is retried until it is published, the ack three times)
@@ -82,24 +83,82 @@ class Settings(BaseSettings):
     temporal_address: str = Field(
         default="",
         validation_alias=AliasChoices("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS"),
-        title="Temporal frontend, host:port",
-        description="Temporal frontend as host:port; no default, needed by every pool and by setup, list, "
-        "show and inflight.",
+        title="Temporal frontend, host:port, or a profile's (TEMPORAL_PROFILE)",
+        description="Temporal frontend as host:port, else the address of the Temporal profile; no default, "
+        "needed by every pool and by setup, list, show, inflight and watch.",
     )
     temporal_namespace: str = Field(
         default="default",
         validation_alias=AliasChoices("TEMPORAL_NAMESPACE", "LEDGER_DELETION_TEMPORAL_NAMESPACE"),
-        description="Temporal namespace the deletion workflows run in.",
+        description="Temporal namespace the deletion workflows run in (else the profile's).",
     )
     temporal_api_key: SecretStr | None = Field(
         default=None,
         validation_alias=AliasChoices("TEMPORAL_API_KEY", "LEDGER_DELETION_TEMPORAL_API_KEY"),
         description="API key for Temporal (e.g. Temporal Cloud), which implies TLS; unset: none.",
     )
-    temporal_tls: bool = Field(
-        default=False,
+    temporal_tls: bool | None = Field(
+        default=None,
         validation_alias=AliasChoices("TEMPORAL_TLS", "LEDGER_DELETION_TEMPORAL_TLS"),
-        description="Connect to the Temporal frontend over TLS (true/false).",
+        description="TLS to the Temporal frontend: true, false (none, even with an API key), or unset: TLS "
+        "when an API key, a certificate or a server name is given.",
+    )
+    temporal_tls_server_name: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_SERVER_NAME"),
+        description="Name the frontend's certificate must carry (and the TLS server name sent), when it is "
+        "not the address's host; empty: the address's host.",
+    )
+    temporal_tls_server_ca_cert_path: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_SERVER_CA_CERT_PATH"),
+        description="PEM file of the CA certificate(s) the frontend's certificate is checked against; empty: "
+        "the system's trust store.",
+    )
+    temporal_tls_server_ca_cert_data: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_SERVER_CA_CERT_DATA"),
+        description="The same CA certificate(s) as PEM text, instead of a file.",
+    )
+    temporal_tls_client_cert_path: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_CLIENT_CERT_PATH"),
+        description="PEM file of the client certificate presented to the frontend (mTLS), with its key "
+        "(TEMPORAL_TLS_CLIENT_KEY_PATH or _DATA).",
+    )
+    temporal_tls_client_cert_data: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_CLIENT_CERT_DATA"),
+        description="The same client certificate as PEM text, instead of a file.",
+    )
+    temporal_tls_client_key_path: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_TLS_CLIENT_KEY_PATH"),
+        description="PEM file of the client certificate's private key.",
+    )
+    temporal_tls_client_key_data: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("TEMPORAL_TLS_CLIENT_KEY_DATA"),
+        description="The same private key as PEM text, instead of a file.",
+    )
+    # The Python SDK's TLS options have no switch for it: refused rather than ignored.
+    temporal_tls_disable_host_verification: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("TEMPORAL_TLS_DISABLE_HOST_VERIFICATION"),
+        description="Not supported (the Temporal Python SDK always verifies the frontend's name): true is "
+        "refused; set TEMPORAL_TLS_SERVER_NAME to the name the certificate carries instead.",
+    )
+    temporal_profile: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_PROFILE"),
+        description="Profile of the Temporal configuration file to connect with (the SDK's environment "
+        "configuration); the TEMPORAL_* variables override what it says; empty: 'default'.",
+    )
+    temporal_config_file: str = Field(
+        default="",
+        validation_alias=AliasChoices("TEMPORAL_CONFIG_FILE"),
+        description="Temporal's TOML configuration file of profiles (address, namespace, api_key, tls); "
+        "empty: temporalio/temporal.toml in the user's configuration directory, when there is one.",
     )
     task_queue_prefix: str = Field(
         default="ledger-deletion",
@@ -125,6 +184,42 @@ class Settings(BaseSettings):
         "broker of the cluster (LEDGER_DELETION_PULSAR_CLUSTER, LEDGER_DELETION_ADMIN_TRUSTED_HOSTS); unset: "
         "no authentication.",
     )
+    pulsar_tls_trust_certs_file: str = Field(
+        default="",
+        description="PEM file of the CA certificate(s) the brokers' certificates are checked against, for "
+        "pulsar+ssl:// and https:// URLs (the client and the admin REST alike); empty: the system's trust "
+        "store.",
+    )
+    pulsar_tls_validate_hostname: bool = Field(
+        default=True,
+        description="Check that a broker's certificate names the host connected to (the client's "
+        "tlsHostnameVerificationEnable, and the admin REST's); false only for certificates without the "
+        "brokers' names.",
+    )
+    pulsar_tls_cert_file: str = Field(
+        default="",
+        description="PEM client certificate presented to the brokers (mTLS), with "
+        "LEDGER_DELETION_PULSAR_TLS_KEY_FILE; without a token or OAuth2 it is also how the service "
+        "authenticates (Pulsar's AuthenticationTls).",
+    )
+    pulsar_tls_key_file: str = Field(
+        default="", description="PEM private key of LEDGER_DELETION_PULSAR_TLS_CERT_FILE."
+    )
+    pulsar_oauth2_issuer_url: str = Field(
+        default="",
+        description="OAuth2 issuer of the client-credentials flow (Pulsar's AuthenticationOAuth2 issuerUrl; "
+        "its token endpoint is read from <issuer>/.well-known/openid-configuration), for the client and "
+        "the admin REST; empty: no OAuth2.",
+    )
+    pulsar_oauth2_private_key: str = Field(
+        default="",
+        description="The client-credentials file (Pulsar's privateKey): JSON with client_id and "
+        "client_secret, as a path or a file:// URL.",
+    )
+    pulsar_oauth2_audience: str = Field(
+        default="", description="OAuth2 audience of the tokens (the Pulsar cluster's); empty: none sent."
+    )
+    pulsar_oauth2_scope: str = Field(default="", description="OAuth2 scope requested; empty: none sent.")
     topic: str = Field(
         default=DEFAULT_TOPIC, description="The deletion topic (partitioned) PIP-186 publishes to."
     )
@@ -172,6 +267,34 @@ class Settings(BaseSettings):
     zookeeper_digest: SecretStr | None = Field(
         default=None, description="user:password for ZooKeeper digest authentication; unset: none."
     )
+    zookeeper_sasl: SecretStr | None = Field(
+        default=None,
+        description="user:password for ZooKeeper SASL authentication (DIGEST-MD5: a user of the server's "
+        "JAAS DigestLoginModule); unset: none.",
+    )
+    zookeeper_tls: bool = Field(
+        default=False,
+        description="Connect to ZooKeeper over TLS (its secureClientPort in the connect string), both "
+        "BookKeeper's and Pulsar's metadata store.",
+    )
+    zookeeper_tls_ca_file: str = Field(
+        default="",
+        description="PEM file of the CA certificate(s) ZooKeeper's certificate is checked against; empty: "
+        "the system's trust store.",
+    )
+    zookeeper_tls_cert_file: str = Field(
+        default="",
+        description="PEM client certificate presented to ZooKeeper (its ssl.clientAuth, 'need' by default), "
+        "with LEDGER_DELETION_ZOOKEEPER_TLS_KEY_FILE.",
+    )
+    zookeeper_tls_key_file: str = Field(
+        default="", description="PEM private key of LEDGER_DELETION_ZOOKEEPER_TLS_CERT_FILE."
+    )
+    zookeeper_tls_verify_hostname: bool = Field(
+        default=True,
+        description="Check that ZooKeeper's certificate names the host connected to (ZooKeeper's own "
+        "client does: zookeeper.ssl.hostnameVerification).",
+    )
     bk_ledgers_root: str = Field(
         default="/ledgers", description="BookKeeper's ledgers root znode; nothing outside it is ever deleted."
     )
@@ -187,6 +310,11 @@ class Settings(BaseSettings):
     pulsar_metadata_zookeeper_digest: SecretStr | None = Field(
         default=None,
         description="user:password for Pulsar's metadata store; unset: LEDGER_DELETION_ZOOKEEPER_DIGEST.",
+    )
+    pulsar_metadata_zookeeper_sasl: SecretStr | None = Field(
+        default=None,
+        description="user:password for SASL to Pulsar's metadata store; unset: "
+        "LEDGER_DELETION_ZOOKEEPER_SASL.",
     )
 
     # Tiered storage (S3-compatible)
@@ -311,6 +439,16 @@ class Settings(BaseSettings):
 
     # Observability: one Prometheus endpoint pair per process (one process per pool in production). Traces go
     # over OTLP when the standard OTEL_* variables are set (ledger_deletion.observability).
+    log_level: str = Field(
+        default="INFO",
+        description="Level of the service's log: DEBUG, INFO, WARNING or ERROR (libraries that log every "
+        "request stay at WARNING unless DEBUG).",
+    )
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text: one line per record for people; json: one JSON object per line with the trace "
+        "and span ids and the workflow and activity of the record, where it has them.",
+    )
     metrics_port: int = Field(
         default=9464, ge=0, le=65535, description="Port of the service's Prometheus endpoint; 0: off."
     )
@@ -369,6 +507,14 @@ class Settings(BaseSettings):
             normalise_endpoint(alias)  # raises ValueError, which pydantic reports against the variable
         return value
 
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"unknown level {value!r}; levels are {', '.join(LOG_LEVELS)}")
+        return level
+
     @field_validator("step_timeout_seconds")
     @classmethod
     def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
@@ -397,6 +543,16 @@ class Settings(BaseSettings):
         """Digest credentials for Pulsar's metadata store: its own, else BookKeeper's ZooKeeper's."""
         digest = self.pulsar_metadata_zookeeper_digest or self.zookeeper_digest
         return digest.get_secret_value() if digest else None
+
+    @property
+    def zookeeper_sasl_value(self) -> str | None:
+        return self.zookeeper_sasl.get_secret_value() if self.zookeeper_sasl else None
+
+    @property
+    def pulsar_metadata_sasl_value(self) -> str | None:
+        """SASL credentials for Pulsar's metadata store: its own, else BookKeeper's ZooKeeper's."""
+        sasl = self.pulsar_metadata_zookeeper_sasl or self.zookeeper_sasl
+        return sasl.get_secret_value() if sasl else None
 
     @property
     def zookeeper_digest_value(self) -> str | None:
@@ -440,7 +596,8 @@ def load_settings(*, require: Iterable[str] = (), **overrides: Any) -> Settings:
 
     Raises:
         ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``, or
-            each missing endpoint with what it is.
+            each missing endpoint with what it is, or each connection setting of a required system that
+            cannot work (a certificate file that is not there, a client certificate without its key).
     """
     try:
         settings = Settings()
@@ -451,10 +608,20 @@ def load_settings(*, require: Iterable[str] = (), **overrides: Any) -> Settings:
             problems.append(f"{env_name(field)}: {error['msg']}")
         raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
     settings = settings.with_overrides(**overrides) if overrides else settings
-    missing = missing_endpoints(settings, require)
+    required = tuple(require)
+    if "temporal_address" in required:
+        from ledger_deletion.temporal_client import resolve_profile
+
+        settings = resolve_profile(settings)  # Temporal's own configuration file, as the SDK reads it
+    missing = missing_endpoints(settings, required)
     if missing:
         named = ", ".join(f"{env_name(f)} ({Settings.model_fields[f].title})" for f in missing)
         raise ConfigurationError(f"missing settings: {named}; {STACK_HINT}")
+    from ledger_deletion.connections import problems as connection_problems
+
+    found = connection_problems(settings, required)
+    if found:
+        raise ConfigurationError("connection settings that cannot work: " + "; ".join(found))
     return settings
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import IO
 
+from ledger_deletion import connections
 from ledger_deletion.adapters import messaging
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.avro import encode_request
@@ -44,7 +45,7 @@ class RequestPublisher:
     """Publishes requests as Avro to the deletion topic; each send is durable when it returns."""
 
     def __init__(self, settings: Settings) -> None:
-        self._client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
+        self._client = connections.pulsar_client(settings)
         self._publisher = messaging.Publisher(self._client, settings.topic)
 
     def publish(self, request: PendingDeleteLedgerInfo, properties: dict[str, str] | None = None) -> str:

@@ -31,6 +31,7 @@ def run_from_settings(
     extract_workers: int = 2,
     extra_buckets: tuple[str, ...] = (),
 ) -> int:
+    from ledger_deletion.connections import zookeeper_security
     from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound
     from ledger_deletion.settings import load_settings
     from reconcile.extract import ExtractConfig
@@ -59,6 +60,8 @@ def run_from_settings(
             zk_auth_digest=settings.zookeeper_digest_value,
             pulsar_metadata_zookeeper=settings.pulsar_metadata_hosts,
             pulsar_metadata_auth_digest=settings.pulsar_metadata_digest_value,
+            zk_security=zookeeper_security(settings),
+            pulsar_metadata_zk_security=zookeeper_security(settings, pulsar_metadata=True),
         ),
         out=out,
         min_age_seconds=min_age_seconds,

@@ -82,6 +82,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ledger_deletion.adapters.zookeeper import NO_SECURITY, ZooKeeperSecurity
 from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import (
     CUSTOM_APPLICATION,
@@ -214,6 +215,10 @@ class ExtractConfig:
     zk_auth_digest: str | None = None  # "user:password"
     pulsar_metadata_zookeeper: str | None = None  # None (or empty): the same as ``zookeeper``
     pulsar_metadata_auth_digest: str | None = None  # None: ``zk_auth_digest``
+    # SASL and TLS of each store (ledger_deletion.connections.zookeeper_security): picklable, so every
+    # extract process connects as the driver does.
+    zk_security: ZooKeeperSecurity = NO_SECURITY
+    pulsar_metadata_zk_security: ZooKeeperSecurity = NO_SECURITY
     bk_metadata: Literal["candidates", "all"] = "candidates"
     multi_read: bool = True
     zk_batch: int = 500
@@ -269,19 +274,25 @@ ProgressFn = Callable[[str, int, int], None]
 # ZooKeeper sessions (one per process and store, reused by every unit that process runs)
 # ---------------------------------------------------------------------------------------------------------
 
-# Keyed by (hosts, digest): BookKeeper's ZooKeeper and Pulsar's metadata store may differ in either, and a
-# process reads from both (the driver lists units of both).
-_clients: dict[tuple[str, str | None], ZkReads] = {}
+# Keyed by (hosts, digest, security): BookKeeper's ZooKeeper and Pulsar's metadata store may differ in any,
+# and a process reads from both (the driver lists units of both).
+_clients: dict[tuple[str, str | None, ZooKeeperSecurity], ZkReads] = {}
 
 
-def _session(config: ExtractConfig, hosts: str, digest: str | None) -> ZkReads:
-    key = (hosts, digest)
+def _session(config: ExtractConfig, hosts: str, digest: str | None, security: ZooKeeperSecurity) -> ZkReads:
+    key = (hosts, digest, security)
     reads = _clients.get(key)
     if reads is None or not reads.connected:
         from kazoo.client import KazooClient
 
         auth = [("digest", digest)] if digest else None
-        client = KazooClient(hosts=hosts, timeout=config.zk_timeout, auth_data=auth, read_only=True)
+        client = KazooClient(
+            hosts=hosts,
+            timeout=config.zk_timeout,
+            auth_data=auth,
+            read_only=True,
+            **security.kazoo_options(),
+        )
         client.start(timeout=config.zk_timeout)
         sent = reads.requests if reads is not None else 0
         reads = ZkReads(client, multi_read=config.multi_read, batch=config.zk_batch)
@@ -292,12 +303,17 @@ def _session(config: ExtractConfig, hosts: str, digest: str | None) -> ZkReads:
 
 def _zk(config: ExtractConfig) -> ZkReads:
     """The session on BookKeeper's ZooKeeper (the ledgers root)."""
-    return _session(config, config.zookeeper, config.zk_auth_digest)
+    return _session(config, config.zookeeper, config.zk_auth_digest, config.zk_security)
 
 
 def _pulsar_zk(config: ExtractConfig) -> ZkReads:
     """The session on Pulsar's metadata store (the managed-ledgers and schemas roots)."""
-    return _session(config, config.pulsar_metadata_hosts, config.pulsar_metadata_digest)
+    return _session(
+        config,
+        config.pulsar_metadata_hosts,
+        config.pulsar_metadata_digest,
+        config.pulsar_metadata_zk_security,
+    )
 
 
 def _requests_sent() -> int:

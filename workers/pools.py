@@ -31,6 +31,7 @@ from activities.bookkeeper import BookKeeperActivities
 from activities.messaging import MessagingActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
+from ledger_deletion import connections
 from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
@@ -68,15 +69,7 @@ def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
 
 def admin_client(settings: Settings, threads: int) -> PulsarAdminClient:
     """The admin REST client, one kept-alive connection per thread that calls it."""
-    return PulsarAdminClient(
-        settings.pulsar_admin_url,
-        settings.pulsar_token_value,
-        settings.admin_timeout_seconds,
-        settings.admin_max_redirects,
-        trusted_hosts=settings.admin_trusted_host_set,
-        cluster=settings.pulsar_cluster,
-        max_connections=threads,
-    )
+    return connections.admin_client(settings, threads)
 
 
 def object_store(settings: Settings, threads: int) -> ObjectStore:
@@ -133,6 +126,7 @@ async def run_pools(
                 settings.bk_ledgers_root,
                 settings.zookeeper_timeout_seconds,
                 settings.zookeeper_digest_value,
+                connections.zookeeper_security(settings),
             )
             stack.callback(store.close)
             await _check_ledger_layout(store)
@@ -140,6 +134,7 @@ async def run_pools(
                 settings.pulsar_metadata_hosts,
                 settings.zookeeper_timeout_seconds,
                 settings.pulsar_metadata_digest_value,
+                connections.zookeeper_security(settings, pulsar_metadata=True),
             )
             stack.callback(pulsar_metadata.close)
             bk = BookKeeperActivities(store, pulsar_metadata)
@@ -165,7 +160,7 @@ async def run_pools(
         if "pulsar" in wanted:
             admin = admin_client(settings, settings.pulsar_concurrency)
             stack.callback(admin.close)
-            pulsar_client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
+            pulsar_client = connections.pulsar_client(settings)
             stack.callback(pulsar_client.close)
             dead_letters = messaging.Publisher(
                 pulsar_client, settings.dead_letter_topic, kept_for=messaging.DEAD_LETTER_SUBSCRIPTION

@@ -9,6 +9,7 @@ that process's own task queue (see ``MessageRef.ack_queue``).
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,18 +17,46 @@ from typing import Any
 
 import pulsar
 
+from ledger_deletion.adapters.pulsar_security import NO_PULSAR_SECURITY, PulsarSecurity
 from ledger_deletion.errors import MessagingUnavailable
 from ledger_deletion.request import PendingDeleteLedgerInfo
 
 
-def connect(url: str, token: str | None = None, *, operation_timeout_seconds: int = 30) -> pulsar.Client:
-    auth = pulsar.AuthenticationToken(token) if token else None
+def connect(
+    url: str,
+    token: str | None = None,
+    *,
+    security: PulsarSecurity = NO_PULSAR_SECURITY,
+    operation_timeout_seconds: int = 30,
+) -> pulsar.Client:
+    """A client of ``url`` (``pulsar+ssl://`` for TLS) authenticated by OAuth2, a token, or the TLS client
+    certificate, in that order of preference; the certificate is presented in every case (mTLS)."""
     return pulsar.Client(
         url,
-        authentication=auth,
+        **client_options(token, security),
         operation_timeout_seconds=operation_timeout_seconds,
         logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn),
     )
+
+
+def client_options(token: str | None, security: PulsarSecurity) -> dict[str, Any]:
+    """The authentication and TLS keyword arguments of ``pulsar.Client``."""
+    auth: Any = None
+    if security.oauth2 is not None:
+        auth = pulsar.AuthenticationOauth2(json.dumps(security.oauth2.client_params()))
+    elif token:
+        auth = pulsar.AuthenticationToken(token)
+    elif security.cert_file:
+        auth = pulsar.AuthenticationTLS(security.cert_file, security.key_file)
+    options: dict[str, Any] = {
+        "authentication": auth,
+        "tls_trust_certs_file_path": security.trust_certs_file or None,
+        "tls_validate_hostname": security.validate_hostname,
+    }
+    if security.cert_file:
+        options["tls_certificate_file_path"] = security.cert_file
+        options["tls_private_key_file_path"] = security.key_file
+    return options
 
 
 @dataclass

@@ -14,6 +14,7 @@ bearer token included), so no answer from outside the cluster can say that a top
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 import httpx
 
+from ledger_deletion.adapters.oauth2 import TokenSource
+from ledger_deletion.adapters.pulsar_security import NO_PULSAR_SECURITY, PulsarSecurity
+from ledger_deletion.adapters.tls import client_context
 from ledger_deletion.errors import (
     AdminApiUnavailable,
     AuthorizationError,
@@ -95,22 +99,36 @@ class PulsarAdminClient:
     # As many as the threads calling at once: past httpx's default of 20 kept alive, each extra call opened
     # and closed a TCP connection of its own (and a TLS session, in production).
     max_connections: int = 20
+    # TLS (trust store, hostname check, client certificate) and OAuth2, as for the binary client.
+    security: PulsarSecurity = NO_PULSAR_SECURITY
     _http: httpx.Client = field(init=False, repr=False)
+    _tokens: TokenSource | None = field(default=None, init=False, repr=False)
     _brokers: frozenset[tuple[str, int]] = field(default=frozenset(), init=False, repr=False)
     _brokers_read_at: float | None = field(default=None, init=False, repr=False)
     _brokers_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        security = self.security
         self._http = httpx.Client(
             timeout=self.timeout_seconds,
             follow_redirects=False,
             limits=httpx.Limits(
                 max_connections=self.max_connections, max_keepalive_connections=self.max_connections
             ),
+            verify=client_context(
+                security.trust_certs_file,
+                security.cert_file,
+                security.key_file,
+                verify_hostname=security.validate_hostname,
+            ),
         )
+        if security.oauth2 is not None:
+            self._tokens = TokenSource(security.oauth2, timeout_seconds=self.timeout_seconds)
 
     def close(self) -> None:
         self._http.close()
+        if self._tokens is not None:
+            self._tokens.close()
 
     # --- calls ---------------------------------------------------------------------------------------------
 
@@ -199,14 +217,18 @@ class PulsarAdminClient:
     def _send(self, url: str, query: dict[str, str] | None) -> httpx.Response:
         """One GET, with the token: every URL sent to is the configured one or a trusted redirect target."""
         headers = {"Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
+        bearer = self._tokens.token() if self._tokens is not None else self.token
+        if bearer:
+            headers["Authorization"] = f"Bearer {bearer}"
         try:
-            return self._http.get(url, params=query, headers=headers)
+            response = self._http.get(url, params=query, headers=headers)
         except httpx.RequestError as exc:  # connection refused or reset, timeout, a body cut short
             raise AdminApiUnavailable(
-                f"admin API {urlsplit(url).netloc} unreachable: {type(exc).__name__}"
+                f"admin API {urlsplit(url).netloc} unreachable: {_request_error(exc)}"
             ) from exc
+        if response.status_code == 401 and self._tokens is not None:
+            self._tokens.invalidate()  # revoked or expired early: the retry fetches a new one
+        return response
 
     def _redirect_target(self, url: str, response: httpx.Response) -> str:
         """Where a redirect leads, if it may be followed (see the module docstring).
@@ -316,6 +338,22 @@ class PulsarAdminClient:
             return AdminResponse(found=True, body=response.json(), served_by=served_by)
         except ValueError as exc:
             raise AdminApiUnavailable(f"admin API {parts.netloc} sent invalid JSON") from exc
+
+
+def _request_error(exc: httpx.RequestError) -> str:
+    """The error's type, and for a failed TLS handshake why (a certificate the trust store does not
+    vouch for, or one without the host's name), which says which setting to look at."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return (
+            f"TLS: {cause.verify_message} (LEDGER_DELETION_PULSAR_TLS_TRUST_CERTS_FILE, "
+            "LEDGER_DELETION_PULSAR_TLS_VALIDATE_HOSTNAME)"
+        )
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS: {cause.reason or type(cause).__name__}"
+    return type(exc).__name__
 
 
 def _address(parts: SplitResult) -> tuple[str, int]:

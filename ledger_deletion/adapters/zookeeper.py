@@ -13,9 +13,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
+    AuthFailedError,
     BadVersionError,
     ConnectionLoss,
     KazooException,
@@ -53,8 +55,50 @@ SCHEMAS_ROOT = "/schemas"  # BookkeeperSchemaStorage's SchemaPath
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"  # MetaStoreImpl's BASE_NODE
 
 
+@dataclass(frozen=True)
+class ZooKeeperSecurity:
+    """SASL and TLS of a ZooKeeper connection; digest credentials travel apart, as kazoo's auth data.
+
+    SASL is DIGEST-MD5 (a user of the server's JAAS ``DigestLoginModule``), which kazoo does through
+    pure-sasl. TLS goes to the server's ``secureClientPort``: its certificate is checked against ``ca_file``
+    (the system's trust store when empty) and, unless ``verify_hostname`` is False, its name as ZooKeeper's
+    own client checks it (``zookeeper.ssl.hostnameVerification``); ``cert_file``/``key_file`` answer the
+    server's ``ssl.clientAuth``.
+    """
+
+    sasl: str | None = None  # "user:password"
+    tls: bool = False
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    verify_hostname: bool = True
+
+    def kazoo_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if self.sasl:
+            user, _, password = self.sasl.partition(":")
+            options["sasl_options"] = {"mechanism": "DIGEST-MD5", "username": user, "password": password}
+        if self.tls:
+            options.update(
+                use_ssl=True,
+                verify_certs=True,
+                check_hostname=self.verify_hostname,
+                ca=self.ca_file or None,
+                certfile=self.cert_file or None,
+                keyfile=self.key_file or None,
+            )
+        return options
+
+
+NO_SECURITY = ZooKeeperSecurity()
+
+
 def kazoo_client(
-    hosts: str, timeout_seconds: float, auth_data: list[tuple[str, str]] | None = None
+    hosts: str,
+    timeout_seconds: float,
+    auth_data: list[tuple[str, str]] | None = None,
+    security: ZooKeeperSecurity = NO_SECURITY,
+    **options: Any,
 ) -> KazooClient:
     """An unstarted kazoo client that reconnects forever, never pausing long (see the comment above)."""
     return KazooClient(
@@ -62,6 +106,8 @@ def kazoo_client(
         timeout=timeout_seconds,
         auth_data=auth_data,
         connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_SECONDS),
+        **security.kazoo_options(),
+        **options,
     )
 
 
@@ -91,10 +137,17 @@ def supported_ledger_manager(layout: bytes) -> str:
 class ZooKeeperSession:
     """One lazily started kazoo session, and the translation of kazoo's errors into the project's tree."""
 
-    def __init__(self, hosts: str, timeout_seconds: float, digest: str | None) -> None:
+    def __init__(
+        self,
+        hosts: str,
+        timeout_seconds: float,
+        digest: str | None,
+        security: ZooKeeperSecurity = NO_SECURITY,
+    ) -> None:
         self.hosts = hosts
         self._timeout_seconds = timeout_seconds
         self._digest = digest  # "user:password"
+        self._security = security
         self._client: KazooClient | None = None
         self._lock = threading.Lock()
 
@@ -102,12 +155,15 @@ class ZooKeeperSession:
         with self._lock:
             if self._client is None:
                 auth = [("digest", self._digest)] if self._digest else None
-                client = kazoo_client(self.hosts, self._timeout_seconds, auth)
+                client = kazoo_client(self.hosts, self._timeout_seconds, auth, self._security)
                 try:
                     client.start(timeout=self._timeout_seconds)
                 except KazooTimeoutError as exc:
                     client.close()
                     raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts} unreachable") from exc
+                except AuthFailedError as exc:
+                    client.close()
+                    raise AuthorizationError(f"ZooKeeper {self.hosts} refused the SASL login") from exc
                 self._client = client
             return self._client
 
@@ -155,13 +211,14 @@ class LedgerStore:
     ledgers_root: str = "/ledgers"
     timeout_seconds: float = 10.0
     digest: str | None = None  # "user:password"
+    security: ZooKeeperSecurity = NO_SECURITY
     _session: ZooKeeperSession = field(init=False, repr=False)
     _formatted: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.ledgers_root.startswith("/") or self.ledgers_root.rstrip("/") == "":
             raise ConfigurationError(f"ledgers root {self.ledgers_root!r} must be an absolute, non-root path")
-        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest)
+        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest, self.security)
 
     def close(self) -> None:
         self._session.close()
@@ -277,10 +334,11 @@ class PulsarMetadataStore:
     hosts: str
     timeout_seconds: float = 10.0
     digest: str | None = None  # "user:password"
+    security: ZooKeeperSecurity = NO_SECURITY
     _session: ZooKeeperSession = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest)
+        self._session = ZooKeeperSession(self.hosts, self.timeout_seconds, self.digest, self.security)
 
     def close(self) -> None:
         self._session.close()

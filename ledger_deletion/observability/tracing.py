@@ -98,7 +98,7 @@ def _endpoint(env: Mapping[str, str]) -> str:
 def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
     protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     if protocol.startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found]
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
         )
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import pulsar
 
+from ledger_deletion import connections
 from ledger_deletion.adapters import messaging
 from ledger_deletion.errors import InvalidRequestError, LedgerDeletionError
 from ledger_deletion.formats.avro import decode_request, encode_request
@@ -129,7 +130,7 @@ def dead_letter_of(message: Any) -> DeadLetter:
 
 @contextmanager
 def _client(settings: Settings) -> Iterator[pulsar.Client]:
-    client = messaging.connect(settings.pulsar_url, settings.pulsar_token_value)
+    client = connections.pulsar_client(settings)
     try:
         yield client
     finally:

@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
-from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
+from ledger_deletion import connections
 from ledger_deletion.errors import LedgerDeletionError
 from ledger_deletion.observability import metrics
 from ledger_deletion.ops.deletions import row_of, visibility_query
@@ -92,14 +92,7 @@ async def running_by_tenant(client: Client, tenant: str | None) -> Counter[str]:
 
 def subscription_backlog(settings: Settings, topics: list[str]) -> dict[str, int]:
     """Backlog of the service's subscription per topic, from the admin REST (raises when unavailable)."""
-    admin = PulsarAdminClient(
-        settings.pulsar_admin_url,
-        settings.pulsar_token_value,
-        settings.admin_timeout_seconds,
-        settings.admin_max_redirects,
-        trusted_hosts=settings.admin_trusted_host_set,
-        cluster=settings.pulsar_cluster,
-    )
+    admin = connections.admin_client(settings)
     try:
         return {topic: admin.subscription_backlog(topic, settings.subscription) for topic in topics}
     finally:

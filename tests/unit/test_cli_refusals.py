@@ -58,7 +58,8 @@ def test_a_worker_without_its_endpoints_names_each_and_exits_2() -> None:
     )
     assert done.returncode == 2
     assert done.stderr == (
-        "error: missing settings: TEMPORAL_ADDRESS (Temporal frontend, host:port), LEDGER_DELETION_ZOOKEEPER "
+        "error: missing settings: TEMPORAL_ADDRESS (Temporal frontend, host:port, or a profile's "
+        "(TEMPORAL_PROFILE)), LEDGER_DELETION_ZOOKEEPER "
         "(ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]); "
         'for the embedded stack run: eval "$(ledger-deletion stack env)"\n'
     )
