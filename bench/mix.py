@@ -249,26 +249,32 @@ class LateTrims:
     """The broker's metadata update of the mix's late requests, made once the deleter found the ledger in use.
 
     A late request was published while its ledger was still listed, as when the broker's update trails its
-    send. :meth:`found_in_use` drops the ledger from the managed ledger's list the first time a deleter
-    (A's workflow waiting in its grace, B reconsuming the message for a re-check) reports it; the re-check
-    after the grace timer then finds it released and deletes it.
+    send. :meth:`found_in_use` drops the ledger from the managed ledger's list once a deleter (A's workflow
+    waiting in its grace, B reconsuming the message for a re-check) reports it; the re-check after the grace
+    timer then finds it released and deletes it. An update that fails (the benchmark's ZooKeeper session
+    reconnecting on a loaded machine) is made again at the next call.
     """
 
     def __init__(self, cluster: SimulatedCluster, seeded: Seeded) -> None:
         self._cluster = cluster
         self._pending = dict(seeded.late)
+        self._found: set[str] = set()
         self._lock = threading.Lock()
         self.released = 0
 
     def found_in_use(self, workflow_ids: Iterable[str]) -> None:
-        for workflow_id in workflow_ids:
-            with self._lock:
-                late = self._pending.pop(workflow_id, None)
-            if late is None:
+        with self._lock:
+            self._found.update(w for w in workflow_ids if w in self._pending)
+            due = [(w, self._pending[w]) for w in self._found]
+        for workflow_id, (topic, ledger_id) in due:
+            try:
+                self._cluster.remove_ledgers_from_metadata(topic, [ledger_id])
+            except Exception as exc:  # kazoo's own errors: connection loss, session expiry; try again later
+                print(f"  late trim of ledger {ledger_id} failed, to be made again: {exc!r}", flush=True)
                 continue
-            topic, ledger_id = late
-            self._cluster.remove_ledgers_from_metadata(topic, [ledger_id])
             with self._lock:
+                self._found.discard(workflow_id)
+                del self._pending[workflow_id]
                 self.released += 1
 
     @property
