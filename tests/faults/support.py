@@ -7,6 +7,7 @@ deleted; every request ends acked or dead-lettered; no workflow is left running;
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 import uuid
@@ -16,9 +17,10 @@ from typing import Any
 
 from temporalio.client import Client
 
+from devstack.broker_state import EmulatorControl
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable, read_dead_letters
-from devstack.soak import Batch, build_batch, publish_batch, run_marks, settle, wait_quiet
+from devstack.soak import Batch, build_batch, publish_batch, replay_kept, run_marks, settle, wait_quiet
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
@@ -69,21 +71,40 @@ async def run_batch(
     units: int = 2,
     seed: int = 0,
     marked: asyncio.Event | None = None,
+    control: EmulatorControl | None = None,
+    diverge: bool = False,
+    before_publish: Callable[[Batch], None] | None = None,
 ) -> Report:
     """Build a batch, publish it with ``fault`` running alongside, and wait until every workflow closed and
-    storage can be checked. Acks and dead letters are measured by :meth:`Report.finish` afterwards."""
+    storage can be checked. Acks and dead letters are measured by :meth:`Report.finish` afterwards.
+
+    With ``diverge`` (and the admin emulator's ``control``) the batch holds trims whose store write fails,
+    applied as the requests are sent; their requests are kept for replay, then replayed once the owner's
+    next store write lands (``replay_kept``), and must delete. ``before_publish`` sees the built batch."""
     rng = random.Random(seed)
-    batch = await asyncio.to_thread(build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units)
+    batch = await asyncio.to_thread(
+        functools.partial(build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units, diverge=diverge)
+    )
+    if before_publish is not None:
+        await asyncio.to_thread(before_publish, batch)
     began = time.monotonic()
     fault_task = asyncio.create_task(fault()) if fault is not None else None
     with RequestPublisher(settings) as publisher:
         await asyncio.to_thread(publish_batch, batch, publisher, rng)
+    if diverge:
+        assert control is not None, "a divergence is set through the admin emulator's control"
+        await asyncio.to_thread(batch.apply_divergences, control)
     await run_marks(batch, time.monotonic())
     if marked is not None:
         marked.set()  # the mark phase's metadata updates have all landed
     if fault_task is not None:
         await fault_task
     results, unexpected = await settle(client, batch, timeout=CLOSE_BOUND_SECONDS)
+    if diverge:
+        assert control is not None
+        lost = await asyncio.to_thread(batch.replay_kept_lost)
+        assert lost == 0, f"{lost} ledger(s) or object(s) kept for replay were deleted"
+        unexpected |= await replay_kept(client, settings, batch, control, timeout=CLOSE_BOUND_SECONDS)
     # Redelivered copies may start late runs (ALREADY_DELETED): wait until nothing runs any more.
     still = await wait_quiet(client, settings, timeout=60, quiet=2.0)
     seconds = time.monotonic() - began

@@ -75,6 +75,22 @@ def test_the_owner_forgets_what_a_failed_store_write_left_in_the_store(
     assert listed(get(emulator, topic, "internalStats")) == [old, offloaded, current]
 
 
+def test_the_owners_memory_follows_the_store_except_where_the_write_failed(
+    emulator: AdminEmulator, control: EmulatorControl, cluster: SimulatedCluster
+) -> None:
+    """A later trim that succeeds reaches memory and store alike; the owner's next store write persists the
+    ledger its failed one left behind, and then the two agree again."""
+    topic = f"public/default/follow-{uuid.uuid4().hex[:8]}"
+    lost, trimmed, current = cluster.new_ledger_ids(3)
+    cluster.create_topic(topic, [lost, trimmed, current])
+    control.fail_trim_store_write(topic, [lost])
+    cluster.remove_ledgers_from_metadata(topic, [trimmed])  # a later trim, store write successful
+    assert listed(get(emulator, topic, "internalStats")) == [current]
+    assert listed(get(emulator, topic, "internal-info")) == [lost, current]
+    cluster.remove_ledgers_from_metadata(topic, [lost])  # the owner's next store write
+    assert listed(get(emulator, topic, "internal-info")) == listed(get(emulator, topic, "internalStats"))
+
+
 def test_a_rolling_restart_answers_412_then_serves(
     emulator: AdminEmulator, control: EmulatorControl, cluster: SimulatedCluster
 ) -> None:

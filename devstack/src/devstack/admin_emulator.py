@@ -716,7 +716,7 @@ def create_app(
             return _error(404, TOPIC_NOT_FOUND["reason"])
         # PersistentTopic#getInternalStats lists ManagedLedgerImpl's in-memory ledgers, which a trim whose
         # store write failed left different from the store (OwnerMemory).
-        remembered = shared.memory.view(topic.full_name)
+        remembered = shared.memory.view(topic.full_name, ml.info)
         if remembered is not None:
             ml = LedgerRecord(remembered, ml.version, ml.ctime, ml.mtime)
         cursors = reader.cursors(topic)

@@ -38,16 +38,36 @@ def full_topic_name(topic: str) -> str:
 
 
 class OwnerMemory:
-    """Per topic, the ledger list the owner holds in memory when it differs from the store (else none)."""
+    """Per topic, how the owner's in-memory ledger list differs from the store, when it does.
+
+    Kept as the difference (ledgers dropped from memory, copies marked released there), applied to the
+    store's list at each answer: everything else the owner does reaches the store as well (the ledgers a
+    later trim drops, a rollover's new ledger), so memory follows the store except where the failed write
+    left it behind. The owner's next successful store write persists its memory: once the store drops a
+    ledger too, the difference is gone.
+    """
 
     def __init__(self) -> None:
-        self._views: dict[str, ml_pb.ManagedLedgerInfo] = {}
+        self._dropped: dict[str, set[int]] = {}
+        self._released: dict[str, set[int]] = {}
         self._lock = threading.Lock()
 
-    def view(self, topic: str) -> ml_pb.ManagedLedgerInfo | None:
+    def view(self, topic: str, stored: ml_pb.ManagedLedgerInfo) -> ml_pb.ManagedLedgerInfo | None:
+        """The owner's list for ``topic`` given the store's, or None when they do not differ."""
+        name = full_topic_name(topic)
         with self._lock:
-            held = self._views.get(full_topic_name(topic))
-            return None if held is None else _copy(held)
+            dropped = set(self._dropped.get(name, ()))
+            released = set(self._released.get(name, ()))
+        if not dropped and not released:
+            return None
+        view = _copy(stored)
+        kept = [li for li in view.ledgerInfo if li.ledgerId not in dropped]
+        del view.ledgerInfo[:]
+        view.ledgerInfo.extend(kept)
+        for li in view.ledgerInfo:
+            if li.ledgerId in released:
+                li.offloadContext.bookkeeperDeleted = True
+        return view
 
     def diverge(
         self,
@@ -58,25 +78,20 @@ class OwnerMemory:
         bookkeeper_deleted: Iterable[int] = (),
     ) -> ml_pb.ManagedLedgerInfo:
         """Apply a trim whose store write failed: ``dropped`` leave memory, ``bookkeeper_deleted`` ledgers
-        are marked so there (as ``internalTrimLedgers`` does before it writes the store). The first
-        divergence starts from ``stored``; later ones from the memory already held. Returns the view."""
+        are marked so there (as ``internalTrimLedgers`` does before it writes the store). Returns the owner's
+        list, given the store's."""
         name = full_topic_name(topic)
-        drop, released = set(dropped), set(bookkeeper_deleted)
         with self._lock:
-            view = _copy(self._views.get(name, stored))
-            kept = [li for li in view.ledgerInfo if li.ledgerId not in drop]
-            del view.ledgerInfo[:]
-            view.ledgerInfo.extend(kept)
-            for li in view.ledgerInfo:
-                if li.ledgerId in released:
-                    li.offloadContext.bookkeeperDeleted = True
-            self._views[name] = view
-            return _copy(view)
+            self._dropped.setdefault(name, set()).update(dropped)
+            self._released.setdefault(name, set()).update(bookkeeper_deleted)
+        return self.view(name, stored) or _copy(stored)
 
     def reload(self, topic: str) -> bool:
         """The topic is loaded again (a new owner, a restart): memory is read from the store from now on."""
+        name = full_topic_name(topic)
         with self._lock:
-            return self._views.pop(full_topic_name(topic), None) is not None
+            had = bool(self._dropped.pop(name, None)) | bool(self._released.pop(name, None))
+        return had
 
 
 def _copy(info: ml_pb.ManagedLedgerInfo) -> ml_pb.ManagedLedgerInfo:

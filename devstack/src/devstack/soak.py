@@ -4,11 +4,15 @@ The soak runs its own embedded stack (other ports, other state dir: it kills ser
 share a stack with tests or the demo), one worker process per pool, and an S3 fault proxy in front of moto.
 Each round builds a small cluster (trims, late metadata updates, failed metadata updates, forged requests,
 duplicates, garbage), publishes its requests while one random fault happens, waits until every workflow is
-closed, and checks storage. At the end it stops the pools and counts what is still unacked on the
-subscription. The last line is::
+closed, and checks storage. Two faults are the brokers': a storm of the passing answers of a rolling
+restart (412 "Failed to find ownership", 503, dropped connections), and owners whose memory lost ledgers
+their store still lists (trims whose store write failed): those requests must be kept for replay, and the
+round replays them from the dead-letter topic once the owner's next store write lands, when they must
+delete. At the end it stops the pools and counts what is still unacked on the subscription. The last line
+is::
 
-    requests=N deleted=N kept_in_use=N kept_mismatch=N dead_lettered=N unacked=N wrongly_deleted=N
-    left_orphaned=N   (one line)
+    requests=N deleted=N kept_in_use=N kept_for_replay=N kept_mismatch=N dead_lettered=N unacked=N
+    wrongly_deleted=N left_orphaned=N   (one line)
 
 ``wrongly_deleted``, ``left_orphaned`` and ``unacked`` must be 0. The workload pieces (:class:`Batch`,
 :func:`build_batch`, :func:`settle`) are shared with ``tests/faults``.
@@ -17,6 +21,7 @@ subscription. The last line is::
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -36,6 +41,7 @@ from ledger_deletion.settings import Settings
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from devstack.broker_state import EmulatorControl
     from devstack.cluster import SimulatedCluster
     from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
     from devstack.stack import StackEndpoints
@@ -46,6 +52,7 @@ log = logging.getLogger(__name__)
 DELETE_OUTCOMES = frozenset({Outcome.DELETED, Outcome.ALREADY_DELETED})
 MISMATCH_OUTCOMES = frozenset({Outcome.SKIPPED_METADATA_MISMATCH, Outcome.SKIPPED_NOT_PULSAR})
 IN_USE_OUTCOMES = frozenset({Outcome.SKIPPED_IN_USE})
+REPLAY_OUTCOMES = frozenset({Outcome.DEAD_LETTERED})  # kept for replay: the broker will not send it again
 
 
 # --- workload -----------------------------------------------------------------------------------------------
@@ -56,7 +63,7 @@ class Expectation:
     """What must become of one request (one workflow id), and of the storage it names."""
 
     request: PendingDeleteLedgerInfo
-    kind: str  # "delete" | "in_use" | "mismatch"
+    kind: str  # "delete" | "in_use" | "replay" (kept, dead-lettered, deleted once replayed) | "mismatch"
     outcomes: frozenset[Outcome]
     ledgers: set[int] = field(default_factory=set)  # BK ledgers it must delete (delete) or keep (others)
     objects: list[tuple[str, str]] = field(default_factory=list)  # offloaded objects, likewise
@@ -75,6 +82,24 @@ class Batch:
     marks: list[tuple[float, str, list[int]]] = field(default_factory=list)
     keep_ledgers: set[int] = field(default_factory=set)  # referenced ledgers nobody may delete
     keep_objects: list[tuple[str, str]] = field(default_factory=list)
+    # Trims whose store write fails (topic, ledger ids): the owner drops the ledgers from memory, the store
+    # keeps them (apply_divergences, through the admin emulator's test hook).
+    divergences: list[tuple[str, list[int]]] = field(default_factory=list)
+
+    @property
+    def topics(self) -> list[str]:
+        return sorted({e.request.topic_name for e in self.expectations.values()})
+
+    def replay_kept_lost(self) -> int:
+        """Ledgers and objects kept for replay that are gone before their replay (each a wrong deletion)."""
+        kept = [e for e in self.expectations.values() if e.kind == "replay"]
+        return sum(not self.cluster.ledger_exists(i) for e in kept for i in e.ledgers) + sum(
+            not self.cluster.object_exists(k, b) for e in kept for b, k in e.objects
+        )
+
+    def apply_divergences(self, control: EmulatorControl) -> None:
+        for topic, ids in self.divergences:
+            control.fail_trim_store_write(topic, ids)
 
     @property
     def message_count(self) -> int:
@@ -113,13 +138,17 @@ class Batch:
         return len(wrong), len(left), wrong + left
 
 
-def build_batch(cluster: SimulatedCluster, namespace: str, rng: random.Random, units: int = 4) -> Batch:
+def build_batch(
+    cluster: SimulatedCluster, namespace: str, rng: random.Random, units: int = 4, *, diverge: bool = False
+) -> Batch:
     """A mixed batch: every unit is a partitioned-looking topic with trims, races and forged requests.
 
     Per unit (ledger ids fresh from ZooKeeper's id generator):
     * 3 trimmed ledgers, one of them offloaded (a LEDGER and an OFFLOAD_LEDGER request), one requested twice;
     * 1 ledger requested before its metadata update, which lands 1 s later (in use, then free);
     * 1 ledger whose metadata update "fails" (requested, never removed: must be kept, SKIPPED_IN_USE);
+    * with ``diverge``, 1 ledger (offloaded in the first unit) whose trim reached the owner's memory but
+      whose store write failed (``Batch.divergences``): must be kept, dead-lettered for replay;
     * forged requests: another topic's live ledger, a cursor ledger claimed as data, a schema ledger of
       another schema, a ledger of another application (all must be kept);
     * one undecodable payload.
@@ -137,9 +166,10 @@ def build_batch(cluster: SimulatedCluster, namespace: str, rng: random.Random, u
     for unit in range(units):
         topic = f"{namespace}/t{unit}-partition-{rng.randrange(4)}"
         trimmed = cluster.new_ledger_ids(3)
+        diverged = cluster.new_ledger_ids(1) if diverge else []
         late, failed, live, cursor_ledger, foreign = cluster.new_ledger_ids(5)
-        offloaded = {trimmed[0]}
-        cluster.create_topic(topic, [*trimmed, late, failed, live], offloaded=offloaded)
+        offloaded = {trimmed[0], *(diverged if unit == 0 else [])}
+        cluster.create_topic(topic, [*trimmed, *diverged, late, failed, live], offloaded=offloaded)
         cluster.add_cursor(topic, "sub", cursor_ledger)
         cluster.add_foreign_ledger(foreign, application="distributedlog")
         batch.keep_ledgers |= {live, cursor_ledger, foreign}
@@ -158,6 +188,17 @@ def build_batch(cluster: SimulatedCluster, namespace: str, rng: random.Random, u
         batch.marks.append((1.0, topic, [late]))
         (failed_request,) = cluster.requests_for_trim(topic, [failed])
         batch.expect(Expectation(failed_request, "in_use", IN_USE_OUTCOMES, ledgers={failed}))
+        for request in cluster.requests_for_trim(topic, diverged):
+            ledger = request.ledger_id
+            if request.ledger_type is LedgerType.OFFLOAD_LEDGER:
+                exp = Expectation(
+                    request, "replay", REPLAY_OUTCOMES, objects=cluster.offload_keys(topic, ledger)
+                )
+            else:
+                exp = Expectation(request, "replay", REPLAY_OUTCOMES, ledgers={ledger})
+            batch.expect(exp)
+        if diverged:
+            batch.divergences.append((topic, diverged))
         forged = [
             # another topic's live ledger named as ours
             PendingDeleteLedgerInfo(
@@ -270,6 +311,56 @@ async def settle(
     return by_id, wrong
 
 
+async def replay_kept(
+    client: Client, settings: Settings, batch: Batch, control: EmulatorControl, timeout: float = 180.0
+) -> dict[str, str]:
+    """The owner's next store write lands for every divergence (the ledgers listed nowhere now; the topic
+    reloaded), and the requests kept for replay are replayed from the dead-letter topic
+    (``ledger_deletion.ops.dlq.replay``): each must then be deleted. Their expectations become deletions,
+    for ``storage_report``. Returns unexpected outcomes by workflow id."""
+    from ledger_deletion.ops import dlq
+
+    kept = {wid: e for wid, e in batch.expectations.items() if e.kind == "replay"}
+    if not kept:
+        return {}
+    before = {wid: (await client.get_workflow_handle(wid).describe()).run_id for wid in kept}
+    for topic, ids in batch.divergences:
+        await asyncio.to_thread(batch.cluster.remove_ledgers_from_metadata, topic, ids)
+        await asyncio.to_thread(control.reload, topic)
+    report = await asyncio.to_thread(dlq.replay, settings, lambda letter: letter.workflow_id in kept)
+    wrong = {
+        wid: "replay: not in the dead-letter topic"
+        for wid in kept
+        if wid not in {letter.workflow_id for letter in report.replayed}
+    }
+    for wid, exp in kept.items():
+        exp.kind, exp.outcomes = "delete", DELETE_OUTCOMES
+        if wid in wrong:
+            continue
+        result = await _result_after(client, wid, before[wid], timeout)
+        if result.outcome not in DELETE_OUTCOMES:
+            wrong[wid] = f"replay: got {result.outcome.value} {result.reason}".strip()
+    return wrong
+
+
+async def _result_after(
+    client: Client, workflow_id: str, previous_run: str, timeout: float
+) -> DeletionResult:
+    """The result of a run of ``workflow_id`` other than ``previous_run``, once one has started."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            run = (await client.get_workflow_handle(workflow_id).describe()).run_id
+        except Exception:  # Temporal restarting: ask again
+            run = previous_run
+        if run != previous_run:
+            handle = client.get_workflow_handle(workflow_id, run_id=run, result_type=DeletionResult)
+            return await asyncio.wait_for(handle.result(), timeout=max(1.0, deadline - time.monotonic()))
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{workflow_id}: the replayed request started no new run in {timeout:.0f} s")
+        await asyncio.sleep(0.5)
+
+
 async def running_workflows(client: Client, settings: Settings) -> list[str]:
     """Ids of workflows still running on the settings' workflow task queue."""
     query = f'TaskQueue="{settings.task_queue("workflow")}" AND ExecutionStatus="Running"'
@@ -302,12 +393,45 @@ async def wait_quiet(
 # --- faults -------------------------------------------------------------------------------------------------
 
 
+# PulsarWebResource.validateTopicOwnershipAsync: no web service URL for the bundle yet; the lookup failing.
+ROLLING_RESTART_REASONS = (
+    "Failed to find ownership for topic:persistent://{topic}",
+    "Can't find owner for topic persistent://{topic}",
+)
+
+
+def rolling_restart_storm(control: EmulatorControl, batch: Batch, rng: random.Random) -> int:
+    """Every topic of the batch answers, for a few calls of any admin endpoint, what its broker answers
+    while a rolling restart moves its bundle: 412 "Failed to find ownership" / "Can't find owner", 503, or
+    a dropped connection. Each is retried; none may dead-letter a request. Returns the answers queued."""
+    from devstack.broker_state import Fault
+
+    queued = 0
+    for topic in batch.topics:
+        for _ in range(rng.randint(1, 2)):
+            times = rng.randint(1, 3)
+            kind = rng.random()
+            if kind < 0.15:
+                fault = Fault(times=times, drop_connection=True)
+            elif kind < 0.3:
+                fault = Fault(times=times, status=503, reason="Service Unavailable")
+            else:
+                fault = Fault(times=times, reason=rng.choice(ROLLING_RESTART_REASONS).format(topic=topic))
+            control.fail_next(topic, fault)
+            queued += times
+    return queued
+
+
 @dataclass
 class FaultKit:
     services: ServiceControl
     pools: PoolSet
     proxy: S3FaultProxy
     rng: random.Random
+    control: EmulatorControl | None = None  # the admin emulator's test hook (the brokers' faults)
+    batch: Batch | None = None  # the round's batch, once built
+    # Set once the round's requests are published (see owner_and_store_disagree).
+    published: asyncio.Event = field(default_factory=asyncio.Event)
     # Set once the round's metadata updates have landed (see zookeeper_outage).
     marked: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -364,7 +488,21 @@ class FaultKit:
         await asyncio.to_thread(self.services.start)
         return "pulsar-lite kill -9 + restart"
 
-    def random_fault(self) -> Callable[[], Coroutine[Any, Any, str]]:
+    async def transient_412_storm(self) -> str:
+        assert self.control is not None and self.batch is not None
+        queued = await asyncio.to_thread(rolling_restart_storm, self.control, self.batch, self.rng)
+        return f"rolling restart: {queued} admin answers of 412/503/dropped connection"
+
+    async def owner_and_store_disagree(self) -> str:
+        # The batch was built with divergences (run_soak); the brokers' trims reach memory as the requests
+        # are sent, and their store writes fail.
+        assert self.control is not None and self.batch is not None
+        await self.published.wait()
+        await asyncio.to_thread(self.batch.apply_divergences, self.control)
+        return f"owner and store disagree on {sum(len(ids) for _, ids in self.batch.divergences)} ledger(s)"
+
+    def random_fault(self, only: frozenset[str] = frozenset()) -> Callable[[], Coroutine[Any, Any, str]]:
+        """One fault, at random; from ``only`` (their method names) when given."""
         faults: list[Callable[[], Coroutine[Any, Any, str]]] = [
             self.kill_pool,
             self.pulsar_pool_before_ack,
@@ -373,8 +511,13 @@ class FaultKit:
             self.s3_down,
             self.temporal_restart,
             self.pulsar_restart,
+            *([self.transient_412_storm, self.owner_and_store_disagree] if self.control else []),
         ]
-        return self.rng.choice(faults)
+        chosen = [f for f in faults if not only or f.__name__ in only]
+        if not chosen:
+            names = ", ".join(f.__name__ for f in faults)
+            raise ValueError(f"no fault among {sorted(only)}; the faults are {names}")
+        return self.rng.choice(chosen)
 
 
 async def _restore(kit: FaultKit) -> None:
@@ -398,6 +541,7 @@ class SoakCounts:
     requests: int = 0
     deleted: int = 0
     kept_in_use: int = 0
+    kept_for_replay: int = 0  # kept, dead-lettered, then deleted when the round replayed them
     kept_mismatch: int = 0
     dead_lettered: int = 0
     unacked: int = 0
@@ -410,7 +554,8 @@ class SoakCounts:
     def line(self) -> str:
         return (
             f"requests={self.requests} deleted={self.deleted} kept_in_use={self.kept_in_use} "
-            f"kept_mismatch={self.kept_mismatch} dead_lettered={self.dead_lettered} unacked={self.unacked} "
+            f"kept_for_replay={self.kept_for_replay} kept_mismatch={self.kept_mismatch} "
+            f"dead_lettered={self.dead_lettered} unacked={self.unacked} "
             f"wrongly_deleted={self.wrongly_deleted} left_orphaned={self.left_orphaned}"
         )
 
@@ -461,10 +606,12 @@ async def run_soak(
     *,
     seed: int | None = None,
     units: int = 3,
+    faults: frozenset[str] = frozenset(),
     echo: Callable[[str], None] = print,
 ) -> SoakCounts:
     from temporalio.client import Client
 
+    from devstack.broker_state import EmulatorControl
     from devstack.cluster import SimulatedCluster
     from devstack.faults import PoolSet, S3FaultProxy, ServiceControl, count_redeliverable, read_dead_letters
     from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, Stack
@@ -486,7 +633,8 @@ async def run_soak(
         state_dir / "logs" / f"soak-{run_id}",
         extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
     )
-    kit = FaultKit(ServiceControl(stack), pools, proxy, rng)
+    control = EmulatorControl(endpoints.pulsar_admin_url)
+    kit = FaultKit(ServiceControl(stack), pools, proxy, rng, control)
     client = await Client.connect(endpoints.temporal_address)
     await asyncio.to_thread(pools.start)
     deadline = time.monotonic() + minutes * 60
@@ -495,12 +643,20 @@ async def run_soak(
         while time.monotonic() < deadline:
             round_no += 1
             cluster = SimulatedCluster(zk, s3, bucket=endpoints.offload_bucket)
-            batch = await asyncio.to_thread(build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units)
+            fault = kit.random_fault(faults)
+            diverge = fault == kit.owner_and_store_disagree
+            batch = await asyncio.to_thread(
+                functools.partial(
+                    build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units, diverge=diverge
+                )
+            )
+            kit.batch = batch
+            kit.published.clear()
             kit.marked.clear()
-            fault = kit.random_fault()
             fault_task = asyncio.create_task(fault())
             with RequestPublisher(settings) as publisher:
                 sent = await asyncio.to_thread(publish_batch, batch, publisher, rng)
+            kit.published.set()
             counts.requests += sent
             await run_marks(batch, time.monotonic())
             kit.marked.set()
@@ -521,8 +677,18 @@ async def run_soak(
                     counts.deleted += 1
                 elif exp.kind == "in_use":
                     counts.kept_in_use += 1
+                elif exp.kind == "replay":
+                    counts.kept_for_replay += 1
                 else:
                     counts.kept_mismatch += 1
+            if batch.divergences and results:
+                # What was kept must still be there; then the owner's store write, and the replay deletes.
+                counts.wrongly_deleted += await asyncio.to_thread(batch.replay_kept_lost)
+                try:
+                    wrong |= await replay_kept(client, settings, batch, control)
+                except TimeoutError as exc:
+                    counts.stuck += 1
+                    echo(f"round {round_no}: replay STUCK {exc}")
             counts.unexpected_outcomes += len(wrong)
             bad, left, problems = await asyncio.to_thread(batch.storage_report)
             counts.wrongly_deleted += bad
@@ -541,6 +707,7 @@ async def run_soak(
     finally:
         await asyncio.to_thread(pools.stop)
         proxy.stop()
+        control.close()
     counts.unacked = await asyncio.to_thread(count_redeliverable, settings, 5.0)
     counts.dead_lettered = len(await asyncio.to_thread(read_dead_letters, settings, 3.0))
     zk.stop()
@@ -559,13 +726,16 @@ def soak(
     state_dir: Path | None = None,
     seed: int | None = None,
     units: int = 3,
+    faults: str = "",
 ) -> None:
     """Run a mixed workload with random faults for MINUTES on a private stack; print the invariants' counts.
 
     Faults, one per round: kill -9 of a pool (workflow, pulsar, bookkeeper, offload), the pulsar pool killed
     between start and ack, ZooKeeper stopped for seconds, S3 answering 500/503/SlowDown, S3 unreachable,
-    the Temporal dev server killed and restarted, pulsar-lite killed and restarted. Exit code 1 when any of
-    wrongly_deleted, left_orphaned, unacked is not 0.
+    the Temporal dev server killed and restarted, pulsar-lite killed and restarted, the brokers' passing
+    answers of a rolling restart (412 "Failed to find ownership", 503, dropped connections), and owners
+    and stores that disagree (trims whose store write failed: kept for replay, replayed, deleted). Exit
+    code 1 when any of wrongly_deleted, left_orphaned, unacked is not 0.
     """
     from devstack.stack import default_state_dir
 
@@ -577,7 +747,8 @@ def soak(
     def echo(text: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {text}" if not text.startswith("requests=") else text, flush=True)
 
-    counts = asyncio.run(run_soak(minutes, directory, seed=seed, units=units, echo=echo))
+    only = frozenset(name.strip() for name in faults.split(",") if name.strip())
+    counts = asyncio.run(run_soak(minutes, directory, seed=seed, units=units, faults=only, echo=echo))
     if counts.wrongly_deleted or counts.left_orphaned or counts.unacked:
         raise typer.Exit(1)
 
@@ -589,8 +760,12 @@ def soak_cli(
     ] = None,
     seed: Annotated[int | None, typer.Option(help="Random seed (printed at start) to replay a run.")] = None,
     units: Annotated[int, typer.Option(help="Topics per round (each ~12 requests).")] = 3,
+    faults: Annotated[
+        str,
+        typer.Option(help="Only these faults, comma-separated (FaultKit method names, e.g. kill_pool)."),
+    ] = "",
 ) -> None:
-    soak(minutes, state_dir, seed, units)
+    soak(minutes, state_dir, seed, units, faults)
 
 
 soak_cli.__doc__ = soak.__doc__
