@@ -348,7 +348,8 @@ def _request_error(exc: httpx.RequestError) -> str:
         cause = cause.__cause__ or cause.__context__
     if isinstance(cause, ssl.SSLCertVerificationError):
         return (
-            f"TLS: {cause.verify_message} (LEDGER_DELETION_PULSAR_TLS_TRUST_CERTS_FILE, "
+            f"TLS: certificate verify failed: {cause.verify_message} "
+            "(LEDGER_DELETION_PULSAR_TLS_TRUST_CERTS_FILE, "
             "LEDGER_DELETION_PULSAR_TLS_VALIDATE_HOSTNAME)"
         )
     if isinstance(cause, ssl.SSLError):
