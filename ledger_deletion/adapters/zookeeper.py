@@ -1,9 +1,11 @@
-"""ZooKeeper access (kazoo): BookKeeper's ledger metadata, and Pulsar's schema locators, read-only.
+"""ZooKeeper access (kazoo): BookKeeper's ledger metadata, and Pulsar's metadata store, read-only.
 
-Every ledger path :class:`LedgerStore` touches is checked to lie under the configured ledgers root, so no
-request can make the service delete anything else in ZooKeeper. :class:`PulsarMetadataStore` only reads: a
-schema's locator, under ``/schemas``, says which ledgers the schema registry still references. The two may
-be one ZooKeeper (Pulsar's default deployment) or two; each keeps its own session.
+:class:`LedgerReader` reads ledger znodes and has no way to change them: the workflow pool's read-only checks
+hold it. :class:`LedgerStore` adds the compare-and-delete, and only the bookkeeper pool holds one. Every
+ledger path either touches is checked to lie under the configured ledgers root, so no request can make the
+service read or delete anything else in ZooKeeper. :class:`PulsarMetadataStore` only reads: managed ledgers,
+cursors and schema locators. BookKeeper's and Pulsar's may be one ZooKeeper (Pulsar's default deployment) or
+two; each client keeps its own session.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from kazoo.exceptions import (
     NoNodeError,
     NotEmptyError,
     OperationTimeoutError,
+    SessionClosedRequireSaslError,
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
@@ -160,10 +163,22 @@ class ZooKeeperSession:
                     client.start(timeout=self._timeout_seconds)
                 except KazooTimeoutError as exc:
                     client.close()
-                    raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts} unreachable") from exc
-                except AuthFailedError as exc:
+                    hints = []
+                    if self._security.tls:
+                        hints.append(" over TLS (check the secure port and LEDGER_DELETION_ZOOKEEPER_TLS_*)")
+                    hints.append(self._sasl_hint())
+                    raise MetadataStoreUnavailable(
+                        f"ZooKeeper {self.hosts} unreachable{''.join(hints)}"
+                    ) from exc
+                except (AuthFailedError, SessionClosedRequireSaslError) as exc:
                     client.close()
-                    raise AuthorizationError(f"ZooKeeper {self.hosts} refused the SASL login") from exc
+                    raise AuthorizationError(
+                        f"ZooKeeper {self.hosts} requires a SASL login it did not get "
+                        f"({type(exc).__name__}): check LEDGER_DELETION_ZOOKEEPER_SASL"
+                    ) from exc
+                except KazooException as exc:
+                    client.close()
+                    raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}") from exc
                 self._client = client
             return self._client
 
@@ -183,14 +198,25 @@ class ZooKeeperSession:
                 return None
         return data or b"", stat
 
+    def _sasl_hint(self) -> str:
+        # The server drops a connection whose SASL login fails: to the client it is a connection lost.
+        return " (or a SASL login it refused: LEDGER_DELETION_ZOOKEEPER_SASL)" if self._security.sasl else ""
+
     @contextmanager
     def translated(self) -> Iterator[None]:
         try:
             yield
         except NoAuthError as exc:
             raise AuthorizationError(f"ZooKeeper {self.hosts} refused access (NoAuth)") from exc
+        except SessionClosedRequireSaslError as exc:  # enforce.auth.schemes=sasl, and no login was made
+            raise AuthorizationError(
+                f"ZooKeeper {self.hosts} requires a SASL login it did not get: check "
+                "LEDGER_DELETION_ZOOKEEPER_SASL"
+            ) from exc
         except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
-            raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}") from exc
+            raise MetadataStoreUnavailable(
+                f"ZooKeeper {self.hosts}: {type(exc).__name__}{self._sasl_hint()}"
+            ) from exc
         except KazooException as exc:
             raise MetadataStoreUnavailable(f"ZooKeeper {self.hosts}: {type(exc).__name__}: {exc}") from exc
 
@@ -204,8 +230,8 @@ class Znode:
 
 
 @dataclass
-class LedgerStore:
-    """Read and compare-and-delete ledger znodes."""
+class LedgerReader:
+    """Read ledger znodes and check that the ledgers root is BookKeeper's; no method here changes anything."""
 
     hosts: str
     ledgers_root: str = "/ledgers"
@@ -277,6 +303,18 @@ class LedgerStore:
             "and LEDGER_DELETION_BK_LEDGERS_ROOT"
         )
 
+    def _guard(self, path: str) -> bool:
+        if not is_under_root(path, self.ledgers_root):
+            raise ConfigurationError(
+                f"refusing to touch {path!r}: outside the ledgers root {self.ledgers_root!r}"
+            )
+        return True
+
+
+@dataclass
+class LedgerStore(LedgerReader):
+    """A :class:`LedgerReader` that can also compare-and-delete ledger znodes: the bookkeeper pool's."""
+
     def delete(self, ledger_id: int, version: int) -> bool | None:
         """Delete the znode only if it still has ``version``.
 
@@ -312,13 +350,6 @@ class LedgerStore:
                 log.info("left empty parent %s of a deleted ledger: %s", parent, type(exc).__name__)
                 return
             parent = parent.rsplit("/", 1)[0]
-
-    def _guard(self, path: str) -> bool:
-        if not is_under_root(path, self.ledgers_root):
-            raise ConfigurationError(
-                f"refusing to touch {path!r}: outside the ledgers root {self.ledgers_root!r}"
-            )
-        return True
 
     def _zk(self) -> KazooClient:
         return self._session.client()
