@@ -502,7 +502,9 @@ class LedgerDeletionWorkflow:
             self._step = Step.WAIT_IN_USE
             if check == 0:
                 workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
-            await workflow.sleep(timedelta(seconds=policy.in_use_recheck_seconds))
+            await workflow.sleep(
+                timedelta(seconds=policy.in_use_recheck_seconds), summary=Step.WAIT_IN_USE.value
+            )
 
     async def _wait_until_old_enough(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, verified: VerifyBkMetadataResult
@@ -516,7 +518,9 @@ class LedgerDeletionWorkflow:
             return verified
         self._step = Step.WAIT_LEDGER_AGE
         workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_LEDGER_AGE.value)])
-        await workflow.sleep(timedelta(seconds=policy.min_ledger_age_seconds - age))
+        await workflow.sleep(
+            timedelta(seconds=policy.min_ledger_age_seconds - age), summary=Step.WAIT_LEDGER_AGE.value
+        )
         latest = await self._verify(req, policy)
         if latest.verdict is not Verdict.MATCH:
             raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)

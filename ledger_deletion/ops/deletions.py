@@ -226,7 +226,10 @@ def _steps_from_history(
             record = by_event[event.activity_task_canceled_event_attributes.scheduled_event_id]
             record.finished, record.state = when, "canceled"
         elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
-            record = StepRecord("wait_in_use", scheduled=when, state="waiting", attempts=1)
+            # The workflow names each timer by the step it waits in (wait_in_use, wait_ledger_age).
+            summary = event.user_metadata.summary
+            step = converter.from_payloads([summary], [str])[0] if summary.data else "wait_in_use"
+            record = StepRecord(str(step), scheduled=when, state="waiting", attempts=1)
             steps.append(record)
             by_event[event.event_id] = record
         elif kind == EventType.EVENT_TYPE_TIMER_FIRED:

@@ -302,3 +302,20 @@ async def test_colocated_pools_share_one_queue_and_refuse_a_partial_process() ->
     assert Settings().task_queue("bookkeeper") == "ledger-deletion-bookkeeper"
     with pytest.raises(ConfigurationError, match="--pool all"):
         await run_pools(["bookkeeper"], colocated, asyncio.Event())
+
+
+@pytest.mark.parametrize(
+    ("shape", "waits"),
+    [("in_use_then_deleted", ["wait_in_use"]), ("young_then_deleted", ["wait_ledger_age"])],
+)
+def test_show_names_each_timer_by_the_step_it_waits_in(shape: str, waits: list[str]) -> None:
+    """``ledger-deletion show`` reads a recorded run: a timer is the in-use grace or the minimum age."""
+    from temporalio.client import WorkflowHistory
+    from temporalio.converter import DataConverter
+
+    from ledger_deletion.ops.deletions import _steps_from_history
+    from tests.workflow.record_histories import HISTORIES
+
+    history = WorkflowHistory.from_json(shape, (HISTORIES / f"{shape}.json").read_text())
+    steps, *_ = _steps_from_history(history.events, DataConverter.default.payload_converter)
+    assert [s.step for s in steps if s.state == "fired"] == waits
