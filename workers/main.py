@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 
+from ledger_deletion.observability import logs
 from ledger_deletion.observability.setup import observed_client
 from ledger_deletion.settings import Settings
 from workers.pools import run_pools
@@ -22,8 +22,5 @@ async def serve(pools: list[str], settings: Settings) -> None:
 
 
 def main(pools: list[str], settings: Settings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: two or three lines per deletion from the pulsar pool, which
-    # buries the service's own log (admin calls are counted in the metrics and traced in the spans).
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logs.configure(settings)
     asyncio.run(serve(pools, settings))

@@ -54,7 +54,7 @@ from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
-from ledger_deletion.observability import redaction
+from ledger_deletion.observability import logs, metrics, redaction
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from ledger_deletion.temporal_client import connect_temporal
@@ -434,11 +434,12 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if settings.metrics_port:  # Prometheus and the health checks of compose and Kubernetes probe it
+        metrics.install(settings.metrics_port, settings.metrics_host)
     temporal = await connect_temporal(settings)
     await run_watcher(settings, temporal, stop)
 
 
 def main(settings: Settings) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo.client").setLevel(logging.WARNING)
+    logs.configure(settings)  # LEDGER_DELETION_LOG_LEVEL and _FORMAT; kazoo's chatter at WARNING
     asyncio.run(serve(settings))

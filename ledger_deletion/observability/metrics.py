@@ -22,6 +22,8 @@ from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Ob
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 
+from ledger_deletion.errors import ConfigurationError
+
 METER_NAME = "ledger_deletion"
 UNKNOWN = "unknown"
 # Step latencies range from a ZooKeeper read (ms) to an S3 batch delete under throttling (tens of seconds).
@@ -268,7 +270,12 @@ def current() -> Metrics:
 
 
 def install(port: int, host: str = "0.0.0.0") -> Metrics:
-    """Serve ``/metrics`` for Prometheus on ``port`` (idempotent: a second call returns the same Metrics)."""
+    """Serve ``/metrics`` for Prometheus on ``port`` (idempotent: a second call returns the same Metrics).
+
+    Raises:
+        ConfigurationError: the port is taken; the process stops with one line naming the setting rather
+            than run unscraped (Prometheus would read the other process's metrics there).
+    """
     global _current, _port
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import start_http_server
@@ -276,11 +283,23 @@ def install(port: int, host: str = "0.0.0.0") -> Metrics:
     with _lock:
         if _port is not None and _current is not None:
             return _current
+        try:
+            server, _ = start_http_server(port, addr=host)
+        except OSError as exc:
+            raise ConfigurationError(port_in_use("LEDGER_DELETION_METRICS_PORT", host, port, exc)) from None
         reader = PrometheusMetricReader(disable_target_info=True)
         _current = Metrics(MeterProvider(metric_readers=[reader], views=_views()))
-        server, _ = start_http_server(port, addr=host)
         _port = int(server.server_port)  # port 0 (tests) picks a free one
         return _current
+
+
+def port_in_use(variable: str, host: str, port: int, exc: BaseException) -> str:
+    """The one line that refuses a metrics port another process holds (two pools on one host, say)."""
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return (
+        f"{variable}={port}: cannot serve metrics on {host}:{port} ({why}); give each process on this host "
+        "its own port, or 0 for none"
+    )
 
 
 def serving_port() -> int | None:

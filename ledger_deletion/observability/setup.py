@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable
 from temporalio.client import Client, Interceptor
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
+from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.observability import metrics, redaction, tracing
 from ledger_deletion.observability.interceptor import DeletionInterceptor
 from ledger_deletion.settings import COLOCATED, POOLS, Settings
@@ -34,16 +35,26 @@ def temporal_runtime(settings: Settings, pools: Iterable[str]) -> Runtime | None
     """A Runtime exporting the SDK's own metrics (schedule-to-start latency, slots…) on its own port."""
     if not settings.temporal_metrics_port:
         return None
-    return Runtime(
-        telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(
-                bind_address=f"{settings.metrics_host}:{settings.temporal_metrics_port}",
-                counters_total_suffix=True,
-                durations_as_seconds=True,
-            ),
-            global_tags={"pool": ",".join(sorted(pools))},
+    try:
+        return Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(
+                    bind_address=f"{settings.metrics_host}:{settings.temporal_metrics_port}",
+                    counters_total_suffix=True,
+                    durations_as_seconds=True,
+                ),
+                global_tags={"pool": ",".join(sorted(pools))},
+            )
         )
-    )
+    except ValueError as exc:  # the SDK's "Failed starting Prometheus exporter: Address already in use"
+        raise ConfigurationError(
+            metrics.port_in_use(
+                "LEDGER_DELETION_TEMPORAL_METRICS_PORT",
+                settings.metrics_host,
+                settings.temporal_metrics_port,
+                exc,
+            )
+        ) from None
 
 
 def interceptors(settings: Settings, *, traced: bool = True) -> list[Interceptor]:
