@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ledger_deletion.ops.cli import Output, OutputOption
 from ledger_deletion.settings import POOLS, TEMPORAL, WATCH_ENDPOINTS, load_settings, pool_endpoints
 
 app = typer.Typer(
@@ -29,6 +31,33 @@ app = typer.Typer(
 )
 console = Console()
 errors = Console(stderr=True)
+DISTRIBUTION = "ledger-deletion"
+
+
+def version_text() -> str:
+    """``ledger-deletion <version>``, the installed distribution's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"{DISTRIBUTION} {version(DISTRIBUTION)}"
+    except PackageNotFoundError:  # imported from a source tree that was never installed
+        return f"{DISTRIBUTION} (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(version_text())
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Durable two-phase deletion of orphaned Apache Pulsar ledgers."""
 
 
 class Pool(StrEnum):
@@ -67,6 +96,7 @@ def submit(
         typer.Option("--jsonl", help="File of JSON lines, one PendingDeleteLedgerInfo each; '-' for stdin."),
     ],
     dry_run: Annotated[bool, typer.Option(help="Validate every line, publish nothing.")] = False,
+    output: OutputOption = Output.table,
 ) -> None:
     """Publish deletion requests to the deletion topic.
 
@@ -105,20 +135,26 @@ def submit(
         if stream is not sys.stdin:
             stream.close()
     verb = "valid" if dry_run else "published"
-    console.print(f"{published} {verb}, {bad} rejected")
+    if output is Output.json:
+        print(json.dumps({verb: published, "rejected": bad}))
+    else:
+        console.print(f"{published} {verb}, {bad} rejected")
     if bad:
         raise typer.Exit(1)
 
 
 @app.command()
-def setup() -> None:
+def setup(output: OutputOption = Output.table) -> None:
     """Register the custom search attributes on the Temporal namespace (idempotent; for production)."""
     import asyncio
 
     from ledger_deletion.operator import register_search_attributes
 
     added = asyncio.run(register_search_attributes(load_settings(require=TEMPORAL)))
-    console.print(f"search attributes registered ({added} new)")
+    if output is Output.json:
+        print(json.dumps({"search_attributes_added": added}))
+    else:
+        console.print(f"search attributes registered ({added} new)")
 
 
 @app.command()

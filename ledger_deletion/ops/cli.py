@@ -1,4 +1,4 @@
-"""``list``, ``show``, ``inflight`` and ``dlq list|replay``: tables for people, ``--json`` for scripts.
+"""``list``, ``show``, ``inflight`` and ``dlq list|replay``: tables for people, ``-o json`` for scripts.
 
 Settings come from the environment, read once here (the edge), like every other command.
 """
@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
@@ -26,7 +27,20 @@ def _console() -> Console:
     return Console()
 
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts) instead of a table.")]
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = Annotated[
+    Output, typer.Option("--output", "-o", help="table (for people) or json (for scripts).")
+]
+# The flag from before -o existed, kept for the scripts that use it.
+JsonOption = Annotated[bool, typer.Option("--json", hidden=True, help="The same as -o json.")]
+
+
+def _as_json(output: Output, as_json: bool) -> bool:
+    return as_json or output is Output.json
 
 
 def _emit_json(value: Any) -> None:
@@ -74,6 +88,7 @@ def list_deletions(
     tenant: Annotated[str | None, typer.Option(help="Pulsar tenant.")] = None,
     running: Annotated[bool, typer.Option("--running", help="Only deletions still in progress.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many rows (newest first).")] = 200,
+    output: OutputOption = Output.table,
     as_json: JsonOption = False,
 ) -> None:
     """List deletion workflows from Temporal visibility, newest first.
@@ -91,7 +106,7 @@ def list_deletions(
         return await fetch(await _client(settings), query, limit)
 
     rows = asyncio.run(run())
-    if as_json:
+    if _as_json(output, as_json):
         _emit_json({"query": query, "deletions": [r.as_json() for r in rows]})
         return
     table = Table(title=f"{len(rows)} deletion(s)", expand=False)
@@ -117,6 +132,7 @@ def list_deletions(
 
 def show(
     ref: Annotated[str, typer.Argument(help="A ledger id (all its deletion workflows) or a workflow id.")],
+    output: OutputOption = Output.table,
     as_json: JsonOption = False,
 ) -> None:
     """Explain one deletion: its steps with timings, attempts and errors, from the workflow history.
@@ -145,7 +161,7 @@ def show(
     if not details:
         errors.print(f"no deletion workflow found for {ref!r}")
         raise typer.Exit(1)
-    if as_json:
+    if _as_json(output, as_json):
         _emit_json([d.as_json() for d in details])
         return
     for detail in details:
@@ -206,6 +222,7 @@ def inflight(
         bool, typer.Option("--wait", help="Wait (with a progress bar) until the estimate drains to zero.")
     ] = False,
     timeout: Annotated[float, typer.Option(help="Give up waiting after this many seconds.")] = 600.0,
+    output: OutputOption = Output.table,
     as_json: JsonOption = False,
 ) -> None:
     """Estimated in-flight deletions per tenant (PIP-186): running workflows + unacked subscription backlog.
@@ -227,7 +244,7 @@ def inflight(
     report = asyncio.run(once())
     if wait:
         report = _wait_for_drain(report, once, timeout)
-    if as_json:
+    if _as_json(output, as_json):
         _emit_json(report.as_json())
         return
     table = Table(title="estimated in-flight deletions")
@@ -279,6 +296,7 @@ dlq_app = typer.Typer(
 @dlq_app.command("list")
 def dlq_list(
     tenant: Annotated[str | None, typer.Option(help="Only this tenant's requests.")] = None,
+    output: OutputOption = Output.table,
     as_json: JsonOption = False,
 ) -> None:
     """Every entry the dead-letter topic retains: reason, failed step, attempts, age.
@@ -290,7 +308,7 @@ def dlq_list(
 
     settings = load_settings(require=("pulsar_url",))
     letters = [d for d in read_dead_letters(settings) if tenant is None or d.tenant == tenant]
-    if as_json:
+    if _as_json(output, as_json):
         _emit_json({"topic": settings.dead_letter_topic, "dead_letters": [d.as_json() for d in letters]})
         return
     table = Table(title=f"{len(letters)} dead letter(s) in {settings.dead_letter_topic}")
@@ -319,6 +337,7 @@ def dlq_replay(
     dry_run: Annotated[
         bool, typer.Option(help="Show what a replay would find now (entries not replayed yet); ack nothing.")
     ] = False,
+    output: OutputOption = Output.table,
     as_json: JsonOption = False,
 ) -> None:
     """Re-submit dead letters to the deletion topic each came from (the system topic if none is recorded);
@@ -346,7 +365,7 @@ def dlq_replay(
             on_start=lambda total: progress.update(task, total=total),
             on_progress=lambda _: progress.advance(task),
         )
-    if as_json:
+    if _as_json(output, as_json):
         _emit_json(report.as_json())
     else:
         verb = "would replay" if dry_run else "replayed"

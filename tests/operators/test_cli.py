@@ -36,7 +36,7 @@ async def cli(*args: str) -> Any:
 
 
 async def cli_json(*args: str) -> Any:
-    return json.loads((await cli(*args, "--json")).stdout)
+    return json.loads((await cli(*args, "-o", "json")).stdout)
 
 
 async def test_per_namespace_topic_is_consumed_and_list_show_inflight_filter_by_tenant(
