@@ -65,10 +65,15 @@ def test_a_late_request_s_ledger_is_released_once(cluster: SimulatedCluster) -> 
     seeded = seed(cluster, f"bench-mix-{uuid.uuid4().hex[:6]}/ns", 23)
     ((workflow_id, (topic, ledger_id)),) = seeded.late.items()
     late = LateTrims(cluster, seeded)
-    listed = {info.ledgerId for info in cluster.managed_ledger_info(topic).ledgerInfo}
-    assert ledger_id in listed
+    assert ledger_id in _listed(cluster, topic)
 
     late.found_in_use(["some/other/run", workflow_id, workflow_id])
 
     assert late.released == 1 and late.pending == 0
-    assert ledger_id not in {info.ledgerId for info in cluster.managed_ledger_info(topic).ledgerInfo}
+    assert ledger_id not in _listed(cluster, topic)
+
+
+def _listed(cluster: SimulatedCluster, topic: str) -> set[int]:
+    info = cluster.managed_ledger_info(topic)
+    assert info is not None
+    return {entry.ledgerId for entry in info.ledgerInfo}
