@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 
-from ledger_deletion.settings import POOLS
+from ledger_deletion.settings import POOLS, WATCH_ENDPOINTS
 from tests.deploy.support import (
     DEPLOY,
     ENDPOINT_FIELDS,
@@ -32,6 +32,7 @@ from tests.deploy.support import (
 )
 
 POOL_SERVICES = {pool: f"{pool}-pool" for pool in POOLS}
+WATCH = "watch"  # ``ledger-deletion watch``: service metrics only, no Temporal SDK metrics port
 SERVICE_IMAGE = "ledger-deletion"  # built from the Dockerfile
 
 
@@ -46,7 +47,7 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def ours() -> dict[str, dict[str, Any]]:
-    """The services that run the project's image: setup and the pools."""
+    """The services that run the project's image: setup, the pools and the watcher."""
     return {n: s for n, s in services().items() if s["image"].split(":")[0] == SERVICE_IMAGE}
 
 
@@ -160,7 +161,8 @@ def test_every_pool_has_a_service_running_exactly_that_pool() -> None:
     for pool, name in POOL_SERVICES.items():
         assert services()[name]["command"] == ["worker", "--pool", pool]
     assert services()["setup"]["command"] == ["setup"]
-    assert set(ours()) == {"setup", *POOL_SERVICES.values()}
+    assert services()[WATCH]["command"] == ["watch"]
+    assert set(ours()) == {"setup", WATCH, *POOL_SERVICES.values()}
 
 
 def test_every_variable_the_service_containers_set_is_one_the_service_reads() -> None:
@@ -214,7 +216,12 @@ def test_metrics_are_exposed_probed_and_scraped_on_two_ports() -> None:
         assert f":{settings.metrics_port}/metrics" in " ".join(service["healthcheck"]["test"]), name
         for port in ports:
             assert name in scraped.get(port, set()), f"Prometheus does not scrape {name}:{port}"
-    assert set().union(*scraped.values()) == set(POOL_SERVICES.values())
+    watch = services()[WATCH]
+    settings = settings_from(env(watch))
+    assert {int(p) for p in watch["expose"]} == {settings.metrics_port}
+    assert f":{settings.metrics_port}/metrics" in " ".join(watch["healthcheck"]["test"])
+    assert scraped[settings.metrics_port] == {*POOL_SERVICES.values(), WATCH}
+    assert set().union(*scraped.values()) == {*POOL_SERVICES.values(), WATCH}
 
 
 def test_traces_go_over_otlp_to_jaeger_with_a_service_name_per_pool() -> None:
@@ -373,3 +380,16 @@ def test_the_namespace_job_creates_the_namespace_once(stack: Any) -> None:
             ],
             capture_output=True,
         )
+
+
+def test_the_watcher_starts_after_setup_with_what_it_reads_and_traces_as_itself() -> None:
+    watch = services()[WATCH]
+    for dependency in ("broker", "zookeeper"):
+        assert watch["depends_on"][dependency]["condition"] == "service_healthy", dependency
+    assert watch["depends_on"]["setup"]["condition"] == "service_completed_successfully"
+    variables = env(watch)
+    assert variables["OTEL_SERVICE_NAME"] == "ledger-deletion-watch"
+    assert str(watch["deploy"]["replicas"]) == "${WATCH_REPLICAS:-1}"
+    # What it needs set (WATCH_ENDPOINTS) is set: Temporal, ZooKeeper and the deletion topic's broker.
+    settings = settings_from(variables)
+    assert all(getattr(settings, field) for field in WATCH_ENDPOINTS)
