@@ -280,8 +280,9 @@ def test_the_charts_metadata_prefix_is_a_chroot_of_both_zookeeper_settings(overl
     assert (bk_hosts, bk_chroot) == (pulsar_hosts, pulsar_chroot)
     assert configured.bk_ledgers_root == "/ledgers"
     host, port = host_port(bk_hosts)
-    assert host.split(".")[0].endswith("-zookeeper") and port == 2181
-    if overlay == "production":
+    # The chart's client port, or its secure client port with TLS.
+    assert host.split(".")[0].endswith("-zookeeper") and port == (2281 if configured.zookeeper_tls else 2181)
+    if overlay.startswith("production"):
         assert bk_chroot == "cluster-a", "the production overlay documents metadataPrefix /cluster-a"
 
 
