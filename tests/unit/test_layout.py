@@ -79,6 +79,7 @@ def _wheel(project: Path, out: Path) -> zipfile.ZipFile:
 def _source_copy(tmp_path: Path) -> Path:
     """The repository's files (devstack/ included), away from the working tree a build would write into."""
     copy = tmp_path / "src"
+    copy.mkdir()  # before the first entry, which may be a file
     skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist", "results")
     for entry in ROOT.iterdir():
         if entry.name.startswith(".") or entry.name in ("build", "dist"):
