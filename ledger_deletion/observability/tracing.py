@@ -2,8 +2,9 @@
 
 - ``install`` sets the global TracerProvider. Spans are exported over OTLP only when the standard ``OTEL_*``
   variables ask for it (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, protocol
-  from ``OTEL_EXPORTER_OTLP_PROTOCOL``; ``OTEL_TRACES_EXPORTER=none`` turns export off; the service name from
-  ``OTEL_SERVICE_NAME``, else ``ledger-deletion-<pools>``); the exporters read the other ``OTEL_*``.
+  ``grpc`` or ``http/protobuf`` from ``OTEL_EXPORTER_OTLP_PROTOCOL``, any other refused;
+  ``OTEL_TRACES_EXPORTER=none`` turns export off; the service name from ``OTEL_SERVICE_NAME``, else
+  ``ledger-deletion-<pools>``); the exporters read the other ``OTEL_*``.
 - Temporal's ``TracingInterceptor`` goes on the client only: workers built from that client inherit it, and
   registering it twice would duplicate spans.
 - The ingest continues a W3C ``traceparent`` found in the message properties (a broker or ``submit`` that
@@ -28,6 +29,8 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from temporalio.contrib.opentelemetry import TracingInterceptor
+
+from ledger_deletion.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +98,19 @@ def _endpoint(env: Mapping[str, str]) -> str:
     return env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 
 
+# The protocols OpenTelemetry's Python exporters speak (the specification's http/json has none).
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
 def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-    if protocol.startswith("http"):
+    variable = next(
+        (v for v in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") if env.get(v)),
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+    )
+    protocol = env.get(variable) or "grpc"
+    if protocol not in PROTOCOLS:
+        raise ConfigurationError(f"{variable}={protocol}: the exporter speaks {' or '.join(PROTOCOLS)}")
+    if protocol == "http/protobuf":
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
             OTLPSpanExporter as HttpExporter,
         )

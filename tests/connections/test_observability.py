@@ -245,3 +245,16 @@ def test_a_second_worker_on_a_taken_metrics_port_stops_with_one_line(variable: s
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {variable}="), done.stderr
     assert "give each process on this host its own port, or 0 for none" in lines[0]
+
+
+def test_a_protocol_the_exporter_does_not_speak_is_refused_naming_the_variable() -> None:
+    from ledger_deletion.observability import tracing
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}
+    with pytest.raises(
+        ConfigurationError, match="OTEL_EXPORTER_OTLP_PROTOCOL=http/json: the exporter speaks"
+    ):
+        tracing._otlp_exporter(env)
+    env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] = "udp"
+    with pytest.raises(ConfigurationError, match="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=udp"):
+        tracing._otlp_exporter(env)
