@@ -1,6 +1,10 @@
-"""Activities on BookKeeper ledger metadata in ZooKeeper: verify that a ledger is what the request says, and
-compare-and-delete it. Pulsar's metadata store is read too: whether a data or cursor ledger is still listed by
-its managed ledger or cursor, and a schema ledger's schema locator."""
+"""Activities on BookKeeper ledger metadata in ZooKeeper, in two classes that hold different rights.
+
+``BookKeeperReadActivities`` only read: verify that a ledger is what the request says, and read Pulsar's
+metadata store (whether a data or cursor ledger is still listed by its managed ledger or cursor, a schema
+ledger's schema locator, an offloaded ledger's offload uuid). The workflow pool runs them as local
+activities, with a :class:`LedgerReader`, which has no delete. ``BookKeeperDeleteActivities``
+compare-and-delete a ledger's znode; only the bookkeeper pool holds one, with a :class:`LedgerStore`."""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import TypeVar
 from temporalio import activity
 
 from activities._boundary import translate_errors
-from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
+from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
 from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerResult,
@@ -49,17 +53,19 @@ log = logging.getLogger(__name__)
 _M = TypeVar("_M")
 
 
-class BookKeeperActivities:
-    def __init__(self, store: LedgerStore, pulsar_metadata: PulsarMetadataStore) -> None:
-        self._store = store
+class BookKeeperReadActivities:
+    """The read-only checks on BookKeeper's and Pulsar's metadata: safe to repeat, they change nothing."""
+
+    def __init__(self, ledgers: LedgerReader, pulsar_metadata: PulsarMetadataStore) -> None:
+        self._ledgers = ledgers
         self._pulsar_metadata = pulsar_metadata
 
     @activity.defn(name="verify_bk_metadata")
     @translate_errors
     def verify_bk_metadata(self, inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
-        znode = self._store.read(inp.request.ledger_id)
+        znode = self._ledgers.read(inp.request.ledger_id)
         if znode is None:
-            self._store.confirm_formatted()  # "not found" under a root that is not BookKeeper's means nothing
+            self._ledgers.confirm_formatted()  # "not found" under a root not BookKeeper's means nothing
             return VerifyBkMetadataResult(Verdict.NOT_FOUND, reason="no ledger znode")
         try:
             metadata = parse_ledger_metadata(znode.data)
@@ -277,6 +283,13 @@ class BookKeeperActivities:
         if ledger_id in listed:
             return True, f"listed by the schema locator of {schema_id}", newest
         return False, "", newest
+
+
+class BookKeeperDeleteActivities:
+    """The one step that changes BookKeeper's metadata: the compare-and-delete of a verified ledger znode."""
+
+    def __init__(self, store: LedgerStore) -> None:
+        self._store = store
 
     @activity.defn(name="delete_bk_ledger")
     @translate_errors

@@ -71,7 +71,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pulsar  # noqa: E402
 
-from activities.bookkeeper import BookKeeperActivities  # noqa: E402
+from activities.bookkeeper import BookKeeperReadActivities  # noqa: E402
 from activities.offload import OffloadActivities  # noqa: E402
 from activities.pulsar_admin import PulsarAdminActivities  # noqa: E402
 from bench import faults  # noqa: E402
@@ -138,7 +138,7 @@ class Pip186Consumer:
             settings.pulsar_metadata_hosts, settings.zookeeper_timeout_seconds
         )
         self.store = store
-        self.bk = BookKeeperActivities(store, pulsar_metadata)
+        self.bk = BookKeeperReadActivities(store, pulsar_metadata)
         self.offload = OffloadActivities(
             object_store(settings, concurrency), settings.offload_bucket, settings.s3_endpoint_alias_list
         )
@@ -300,7 +300,7 @@ class Pip186Consumer:
             if answer.in_use:
                 raise _Kept(f"the owner broker references it ({answer.referenced_as})", resent=True)
         if exists:
-            listed = _raw(BookKeeperActivities.check_offload_listed)(self.bk, OffloadListedInput(req))
+            listed = _raw(BookKeeperReadActivities.check_offload_listed)(self.bk, OffloadListedInput(req))
             if listed.listing:
                 raise _Kept(listed.listing, resent=False)
         assert req.context is not None  # validated when the request was decoded
@@ -311,7 +311,7 @@ class Pip186Consumer:
         return outcome
 
     def _verify(self, req: PendingDeleteLedgerInfo) -> VerifyBkMetadataResult:
-        verified: VerifyBkMetadataResult = _raw(BookKeeperActivities.verify_bk_metadata)(
+        verified: VerifyBkMetadataResult = _raw(BookKeeperReadActivities.verify_bk_metadata)(
             self.bk, VerifyBkMetadataInput(req)
         )
         if verified.verdict is not Verdict.MATCH:

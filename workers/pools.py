@@ -27,7 +27,7 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum, UnsandboxedWorkflowRunner, Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.bookkeeper import BookKeeperActivities
+from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActivities
 from activities.messaging import MessagingActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
@@ -137,14 +137,15 @@ async def run_pools(
                 connections.zookeeper_security(settings, pulsar_metadata=True),
             )
             stack.callback(pulsar_metadata.close)
-            bk = BookKeeperActivities(store, pulsar_metadata)
+            reads = BookKeeperReadActivities(store, pulsar_metadata)
+            deletes = BookKeeperDeleteActivities(store)
             host(
                 "bookkeeper",
                 [
-                    bk.verify_bk_metadata,
-                    bk.check_offload_superseded,
-                    bk.check_offload_listed,
-                    bk.delete_bk_ledger,
+                    reads.verify_bk_metadata,
+                    reads.check_offload_superseded,
+                    reads.check_offload_listed,
+                    deletes.delete_bk_ledger,
                 ],
                 settings.bookkeeper_concurrency,
             )

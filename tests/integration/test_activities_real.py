@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from kazoo.exceptions import ConnectionLoss
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.bookkeeper import BookKeeperActivities
+from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
 from devstack.cluster import SimulatedCluster
@@ -71,6 +71,21 @@ def request(
     )
 
 
+@dataclass(frozen=True)
+class BookKeeperSteps:
+    """The bookkeeper steps on one store as the pools hold them: the reads (the workflow pool's checks) and
+    the delete (the bookkeeper pool's)."""
+
+    reads: BookKeeperReadActivities
+    deletes: BookKeeperDeleteActivities
+
+    @staticmethod
+    def of(store: LedgerStore, pulsar_metadata: PulsarMetadataStore) -> BookKeeperSteps:
+        return BookKeeperSteps(
+            BookKeeperReadActivities(store, pulsar_metadata), BookKeeperDeleteActivities(store)
+        )
+
+
 @pytest.fixture(scope="module")
 def bk(stack: StackEndpoints, zk: KazooClient) -> Any:
     # Pulsar's metadata store, as in a cluster that has stored a schema: it has /schemas (without it, the
@@ -78,7 +93,7 @@ def bk(stack: StackEndpoints, zk: KazooClient) -> Any:
     zk.ensure_path("/schemas")
     zk.ensure_path("/managed-ledgers")  # and has topics (test_a_store_without_managed_ledgers_...)
     store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
-    yield BookKeeperActivities(store, pulsar_metadata)
+    yield BookKeeperSteps.of(store, pulsar_metadata)
     store.close()
     pulsar_metadata.close()
 
@@ -89,8 +104,8 @@ def put_ledger(zk: KazooClient, ledger_id: int, custom: dict[str, str], version:
     return path
 
 
-def verify(bk: BookKeeperActivities, req: PendingDeleteLedgerInfo) -> Any:
-    return ActivityEnvironment().run(bk.verify_bk_metadata, VerifyBkMetadataInput(req))
+def verify(bk: BookKeeperSteps, req: PendingDeleteLedgerInfo) -> Any:
+    return ActivityEnvironment().run(bk.reads.verify_bk_metadata, VerifyBkMetadataInput(req))
 
 
 @pytest.mark.parametrize("version", [2, 3])
@@ -102,13 +117,13 @@ async def test_data_ledger_verified_and_compare_and_deleted(bk, zk, new_ledger_i
     verified = verify(bk, request(ledger_id))
     assert verified.verdict is Verdict.MATCH and verified.metadata_format_version == version
     env = ActivityEnvironment()
-    result = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    result = env.run(bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert result.status is DeleteBkLedgerStatus.DELETED
     assert zk.exists(path) is None
     assert zk.exists(path.rsplit("/", 1)[0]) is None or zk.get_children(
         path.rsplit("/", 1)[0]
     )  # empty parent pruned
-    again = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    again = env.run(bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert again.status is DeleteBkLedgerStatus.ALREADY_DELETED
     assert (verify(bk, request(ledger_id))).verdict is Verdict.NOT_FOUND
 
@@ -121,7 +136,7 @@ async def test_a_lost_connection_while_pruning_parents_does_not_fail_the_delete(
     ledger_id = new_ledger_id()
     path = put_ledger(zk, ledger_id, managed_ledger_custom_metadata(ML_NAME))
     store = LedgerStore(stack.zookeeper)
-    bk = BookKeeperActivities(store, PulsarMetadataStore(stack.zookeeper))
+    bk = BookKeeperSteps.of(store, PulsarMetadataStore(stack.zookeeper))
     verified = verify(bk, request(ledger_id))
     client = store._zk()
     delete = client.delete
@@ -134,7 +149,7 @@ async def test_a_lost_connection_while_pruning_parents_does_not_fail_the_delete(
     client.delete = connection_lost_on_parents
     try:
         result = ActivityEnvironment().run(
-            bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
+            bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
         )
     finally:
         store.close()
@@ -150,10 +165,10 @@ async def test_a_retried_delete_that_finds_its_znode_gone_says_so(bk, zk, new_le
     verified = verify(bk, request(ledger_id))
     zk.delete(ledger_path(ledger_id))  # what the first attempt's delete did before its reply was lost
     env = ActivityEnvironment()
-    first = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    first = env.run(bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert first.status is DeleteBkLedgerStatus.ALREADY_DELETED
     env.info = replace(env.info, attempt=2)
-    retried = env.run(bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
+    retried = env.run(bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version))
     assert retried.status is DeleteBkLedgerStatus.GONE_ON_RETRY
 
 
@@ -163,7 +178,7 @@ async def test_changed_znode_is_not_deleted(bk, zk, new_ledger_id) -> None:
     verified = verify(bk, request(ledger_id))
     zk.set(path, zk.get(path)[0])  # any write bumps the version
     result = ActivityEnvironment().run(
-        bk.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
+        bk.deletes.delete_bk_ledger, DeleteBkLedgerInput(ledger_id, verified.znode_version)
     )
     assert result.status is DeleteBkLedgerStatus.VERSION_CHANGED
     assert zk.exists(path) is not None
@@ -251,7 +266,7 @@ async def test_schema_locators_are_read_from_pulsars_own_metadata_store(stack, z
     req = request(listed, LedgerComponent.SCHEMA_STORAGE, topic_name=schema_id, schema_id=schema_id)
     store, pulsar_metadata = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + pulsar_root)
     try:
-        result = verify(BookKeeperActivities(store, pulsar_metadata), req)
+        result = verify(BookKeeperSteps.of(store, pulsar_metadata), req)
     finally:
         store.close()
         pulsar_metadata.close()
@@ -269,7 +284,7 @@ async def test_a_store_without_schemas_is_not_read_as_no_locator(stack, zk, new_
     store, wrong_store = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + empty_root)
     try:
         with pytest.raises(ApplicationError) as failure:
-            verify(BookKeeperActivities(store, wrong_store), req)
+            verify(BookKeeperSteps.of(store, wrong_store), req)
     finally:
         store.close()
         wrong_store.close()
@@ -320,7 +335,7 @@ async def test_a_store_without_managed_ledgers_is_not_read_as_not_listed(stack, 
     store, wrong_store = LedgerStore(stack.zookeeper), PulsarMetadataStore(stack.zookeeper + empty_root)
     try:
         with pytest.raises(ApplicationError) as failure:
-            verify(BookKeeperActivities(store, wrong_store), request(ledger_id))
+            verify(BookKeeperSteps.of(store, wrong_store), request(ledger_id))
     finally:
         store.close()
         wrong_store.close()
@@ -345,7 +360,7 @@ async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, st
     def ask(ledger_id: int, owner_digest: str = owner) -> Any:
         req = request(ledger_id, topic_name=topic.name)
         return ActivityEnvironment().run(
-            bk.verify_bk_metadata, VerifyBkMetadataInput(req, True, owner_digest)
+            bk.reads.verify_bk_metadata, VerifyBkMetadataInput(req, True, owner_digest)
         )
 
     answer = ask(released)
@@ -387,7 +402,7 @@ async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(bk, zk
 
     def ask(req: PendingDeleteLedgerInfo, owner_digest: str = owner) -> Any:
         return ActivityEnvironment().run(
-            bk.check_offload_superseded, OffloadSupersededInput(req, owner_digest)
+            bk.reads.check_offload_superseded, OffloadSupersededInput(req, owner_digest)
         )
 
     answer = ask(replaced)

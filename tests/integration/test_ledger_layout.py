@@ -17,7 +17,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.bookkeeper import BookKeeperActivities
+from activities.bookkeeper import BookKeeperReadActivities
 from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
 from ledger_deletion.contracts import Verdict, VerifyBkMetadataInput
 from ledger_deletion.errors import ConfigurationError
@@ -116,7 +116,7 @@ def test_not_found_under_a_root_without_layout_is_an_error_not_already_deleted(
     znode there is no proof the ledger is gone. Retried, then dead-lettered; once LAYOUT is there, the same
     request is "not found" (the ledger really is gone)."""
     store = LedgerStore(stack.zookeeper, root)
-    activities = BookKeeperActivities(store, PulsarMetadataStore(stack.zookeeper))
+    activities = BookKeeperReadActivities(store, PulsarMetadataStore(stack.zookeeper))
     request = PendingDeleteLedgerInfo(
         "layout/ns/t-partition-0", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, new_ledger_id()
     )
@@ -139,7 +139,7 @@ def test_not_found_under_another_managers_layout_is_an_error_even_without_the_st
     another manager must not then be taken as "formatted" (its ledgers are elsewhere)."""
     zk.create(f"{root}/LAYOUT", b"2\norg.apache.bookkeeper.meta.FlatLedgerManagerFactory:1\n")
     store = LedgerStore(stack.zookeeper, root)
-    activities = BookKeeperActivities(store, PulsarMetadataStore(stack.zookeeper))
+    activities = BookKeeperReadActivities(store, PulsarMetadataStore(stack.zookeeper))
     request = PendingDeleteLedgerInfo(
         "layout/ns/t-partition-0", LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, new_ledger_id()
     )
