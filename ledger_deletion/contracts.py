@@ -69,6 +69,12 @@ class DeletionPolicy:
     ack_schedule_to_start_seconds: float = 120.0
     # Start-to-close timeouts of single steps, by step name; the others get activity_timeout_seconds.
     step_timeout_seconds: dict[str, float] = field(default_factory=dict)
+    # A read-only check (a local activity) whose next retry is further off than this waits on a durable timer
+    # instead of inside the open workflow task. The SDK heartbeats a workflow task held open past 80 % of its
+    # 10 s timeout, and each heartbeat is a workflow task of its own (three events, a Temporal Cloud action);
+    # a timer costs one action too, and survives a worker restart. So the short backoffs (1, 2, 4, 8 s) stay
+    # in the task, and the long ones of a system that is down become timers.
+    local_retry_threshold_seconds: float = 10.0
 
     def retry_for(self, step: Step) -> RetrySpec:
         return self.step_retry.get(step.value, self.default_retry)

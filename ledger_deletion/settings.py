@@ -33,10 +33,11 @@ DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
 POOLS = ("workflow", "pulsar", "bookkeeper", "offload")
 COLOCATED = "all"  # the pool name (and task queue suffix) of every pool with ``colocate_pools``
 
-# The endpoints each pool connects to: every pool is a Temporal worker, and each talks to one system.
+# The endpoints each pool connects to: every pool is a Temporal worker. The workflow pool reads the admin API
+# and ZooKeeper for its read-only checks (local activities); each other pool talks to the system it changes.
 TEMPORAL = ("temporal_address",)
 POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
-    "workflow": TEMPORAL,
+    "workflow": (*TEMPORAL, "pulsar_admin_url", "zookeeper"),
     "pulsar": (*TEMPORAL, "pulsar_url", "pulsar_admin_url"),
     "bookkeeper": (*TEMPORAL, "zookeeper"),
     "offload": (*TEMPORAL, "s3_endpoint"),
@@ -391,6 +392,14 @@ class Settings(BaseSettings):
     workflow_concurrency: int = Field(
         default=100, ge=1, description="Workflow tasks one workflow-pool process runs at once."
     )
+    check_concurrency: int = Field(
+        default=64,
+        ge=1,
+        description=(
+            "Read-only checks (check_topic, verify_bk_metadata, ask_owner_broker, …) one workflow-pool "
+            "process runs at once, as local activities."
+        ),
+    )
     pulsar_concurrency: int = Field(
         default=64, ge=1, description="Activities one pulsar-pool process runs at once."
     )
@@ -639,8 +648,9 @@ def missing_endpoints(settings: Settings, require: Iterable[str]) -> list[str]:
 
 
 def pool_endpoints(pools: Iterable[str]) -> tuple[str, ...]:
-    """The endpoints a process running ``pools`` connects to."""
-    return tuple(dict.fromkeys(field for pool in pools for field in POOL_ENDPOINTS[pool]))
+    """The endpoints a process running ``pools`` connects to, in the order of ``ENDPOINTS``."""
+    wanted = {field for pool in pools for field in POOL_ENDPOINTS[pool]}
+    return tuple(field for field in ENDPOINTS if field in wanted)
 
 
 def env_name(field: str) -> str:

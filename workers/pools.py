@@ -3,6 +3,12 @@
 One process may run several pools (``--pool all`` for one machine) or exactly one (production: one
 deployment per pool, scaled on its own task queue's backlog).
 
+Which process holds which rights: the workflow pool runs the workflow and, as local activities, its
+read-only checks, so it holds read clients only (the admin REST client, a :class:`LedgerReader` and
+Pulsar's metadata store). The bookkeeper pool holds the one client that can delete a ledger's metadata
+(:class:`LedgerStore`), the offload pool the S3 client, the pulsar pool the consumer, the dead-letter
+producer and the acks.
+
 Shutdown order matters for "nothing lost": first stop receiving, then let workers finish what they hold
 (the ack worker keeps acking during the grace period), then close the Pulsar consumer. Whatever is still
 unacked at that point is redelivered by Pulsar to another consumer and joins its ledger's workflow again.
@@ -35,7 +41,7 @@ from ledger_deletion import connections
 from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
-from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
+from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.ops import inflight
@@ -119,7 +125,10 @@ async def run_pools(
 
     async with AsyncExitStack() as stack:
         if "workflow" in wanted:
-            hosted.setdefault(settings.task_queue("workflow"), _Hosted()).workflows = True
+            queue = hosted.setdefault(settings.task_queue("workflow"), _Hosted())
+            queue.workflows = True
+            queue.checks = _read_only_checks(settings, stack)
+            await _check_ledger_layout(queue.checks.ledgers)
         if "bookkeeper" in wanted:
             store = LedgerStore(
                 settings.zookeeper,
@@ -130,25 +139,8 @@ async def run_pools(
             )
             stack.callback(store.close)
             await _check_ledger_layout(store)
-            pulsar_metadata = PulsarMetadataStore(
-                settings.pulsar_metadata_hosts,
-                settings.zookeeper_timeout_seconds,
-                settings.pulsar_metadata_digest_value,
-                connections.zookeeper_security(settings, pulsar_metadata=True),
-            )
-            stack.callback(pulsar_metadata.close)
-            reads = BookKeeperReadActivities(store, pulsar_metadata)
             deletes = BookKeeperDeleteActivities(store)
-            host(
-                "bookkeeper",
-                [
-                    reads.verify_bk_metadata,
-                    reads.check_offload_superseded,
-                    reads.check_offload_listed,
-                    deletes.delete_bk_ledger,
-                ],
-                settings.bookkeeper_concurrency,
-            )
+            host("bookkeeper", [deletes.delete_bk_ledger], settings.bookkeeper_concurrency)
         if "offload" in wanted:
             offload = OffloadActivities(
                 object_store(settings, settings.offload_concurrency),
@@ -159,8 +151,6 @@ async def run_pools(
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
         if "pulsar" in wanted:
-            admin = admin_client(settings, settings.pulsar_concurrency)
-            stack.callback(admin.close)
             pulsar_client = connections.pulsar_client(settings)
             stack.callback(pulsar_client.close)
             dead_letters = messaging.Publisher(
@@ -168,17 +158,8 @@ async def run_pools(
             )
             stack.callback(dead_letters.close)
             pending = messaging.PendingAcks()
-            admin_activities = PulsarAdminActivities(admin)
             messaging_activities = MessagingActivities(pending, dead_letters)
-            host(
-                "pulsar",
-                [
-                    admin_activities.check_topic,
-                    admin_activities.ask_owner_broker,
-                    messaging_activities.publish_dead_letter,
-                ],
-                settings.pulsar_concurrency,
-            )
+            host("pulsar", [messaging_activities.publish_dead_letter], settings.pulsar_concurrency)
             running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
             # Every deletion ends with an ack here; with fewer slots than the pool has activity threads the
             # acks queue for a slot under a backlog (8 slots: ~670 ms each; docs/performance.md, change 20).
@@ -246,7 +227,39 @@ async def run_pools(
     log.info("pools %s stopped", sorted(wanted))
 
 
-async def _check_ledger_layout(store: LedgerStore) -> None:
+def _read_only_checks(settings: Settings, stack: AsyncExitStack) -> _Checks:
+    """The workflow pool's read clients and the checks that use them, closed with ``stack``."""
+    threads = settings.check_concurrency
+    admin = admin_client(settings, threads)
+    stack.callback(admin.close)
+    ledgers = LedgerReader(
+        settings.zookeeper,
+        settings.bk_ledgers_root,
+        settings.zookeeper_timeout_seconds,
+        settings.zookeeper_digest_value,
+        connections.zookeeper_security(settings),
+    )
+    stack.callback(ledgers.close)
+    pulsar_metadata = PulsarMetadataStore(
+        settings.pulsar_metadata_hosts,
+        settings.zookeeper_timeout_seconds,
+        settings.pulsar_metadata_digest_value,
+        connections.zookeeper_security(settings, pulsar_metadata=True),
+    )
+    stack.callback(pulsar_metadata.close)
+    topics = PulsarAdminActivities(admin)
+    metadata = BookKeeperReadActivities(ledgers, pulsar_metadata)
+    activities = [
+        topics.check_topic,
+        topics.ask_owner_broker,
+        metadata.verify_bk_metadata,
+        metadata.check_offload_superseded,
+        metadata.check_offload_listed,
+    ]
+    return _Checks(ledgers, activities, threads)
+
+
+async def _check_ledger_layout(store: LedgerReader) -> None:
     """Refuse to start on a ledgers root that is not BookKeeper's, or was formatted with a ledger manager
     whose paths we do not use.
 
@@ -267,33 +280,49 @@ async def _drain(ingestor: Ingestor, grace_seconds: float) -> None:
         await asyncio.sleep(0.2)
 
 
+@dataclass(frozen=True)
+class _Checks:
+    """The workflow's read-only checks, run as local activities by the worker that runs the workflow."""
+
+    ledgers: LedgerReader
+    activities: list[Any]
+    concurrency: int
+
+
 @dataclass
 class _Hosted:
     """What this process serves on one task queue (several pools share one with ``colocate_pools``)."""
 
     workflows: bool = False
-    activities: list[Any] = field(default_factory=list)
+    activities: list[Any] = field(default_factory=list)  # ordinary activities, polled on the queue
     concurrency: int = 0
+    checks: _Checks | None = None  # with ``workflows``: its local activities
 
 
 def _worker(
     client: Client, task_queue: str, hosted: _Hosted, settings: Settings, stack: AsyncExitStack
 ) -> Worker:
+    checks = hosted.checks.activities if hosted.checks else []
+    threads = hosted.concurrency + (hosted.checks.concurrency if hosted.checks else 0)
     executor = None
-    if hosted.activities:
-        executor = _threaded(hosted.concurrency, task_queue)
+    if threads:
+        executor = _threaded(threads, task_queue)
         stack.callback(executor.shutdown, wait=False, cancel_futures=True)
     # Workflows and activities on one queue (colocated pools): the SDK asks the server to hand each
-    # activity the workflow schedules straight back to this worker (eager activity execution).
+    # activity the workflow schedules straight back to this worker (eager activity execution). The checks
+    # are registered as activities too, which is how the SDK finds a local activity; without ordinary
+    # activities on the queue the worker does not poll for activity tasks at all.
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[LedgerDeletionWorkflow] if hosted.workflows else [],
         workflow_runner=workflow_runner(settings),
         max_concurrent_workflow_tasks=settings.workflow_concurrency if hosted.workflows else None,
-        activities=hosted.activities,
+        activities=[*hosted.activities, *checks],
         activity_executor=executor,
         max_concurrent_activities=hosted.concurrency or None,
+        max_concurrent_local_activities=hosted.checks.concurrency if hosted.checks else None,
+        no_remote_activities=not hosted.activities,
         workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.workflow_task_pollers),
         activity_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.activity_task_pollers),
         graceful_shutdown_timeout=timedelta(seconds=10),

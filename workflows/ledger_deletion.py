@@ -8,6 +8,15 @@ on a durable timer during the in-use grace → compare-and-delete the znode (or 
 → ack every message that joined. Exhausted retries or permanent errors dead-letter the request, which is
 then acked as well.
 
+Round trips. The checks only read and are safe to repeat, so they run as local activities, in the workflow
+pool's own process, inside the workflow task that asks for them: the first task checks the topic and
+verifies the ledger at once, then asks the owner, and schedules the delete; each check costs one
+``MarkerRecorded`` event (named by its activity type, with a summary) instead of a scheduled, started and
+completed triple and a workflow task of its own. What changes anything (``delete_bk_ledger``,
+``delete_offload_segment``, ``publish_dead_letter``) and the ack stay ordinary activities on their pools'
+task queues, so the rights to delete stay in those pools, which scale and pause on their own. A happy-path
+deletion is then three workflow tasks: the checks and the delete, the ack, the completion.
+
 Versioning. A run replays its history on the code of whichever worker picks it up, so a change to what this
 workflow does (its commands and their order, its inputs and results in ``ledger_deletion/contracts.py``)
 breaks the runs still open when it rolls out. ``tests/workflow/test_replay.py`` replays one recorded history
@@ -281,8 +290,8 @@ class LedgerDeletionWorkflow:
         return result.outcome, result.reason, result.deleted_keys
 
     async def _check_topic(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> CheckTopicResult:
-        return await self._activity(
-            Step.CHECK_TOPIC, CheckTopicInput(req.topic_name), CheckTopicResult, policy.pulsar_queue, policy
+        return await self._check(
+            Step.CHECK_TOPIC, CheckTopicInput(req.topic_name), CheckTopicResult, policy, req.topic_name
         )
 
     async def _verify(
@@ -293,12 +302,12 @@ class LedgerDeletionWorkflow:
         check_bk_copy_released: bool = False,
         owner_listed_digest: str = "",
     ) -> VerifyBkMetadataResult:
-        return await self._activity(
+        return await self._check(
             Step.VERIFY_BK_METADATA,
             VerifyBkMetadataInput(req, check_bk_copy_released, owner_listed_digest),
             VerifyBkMetadataResult,
-            policy.bookkeeper_queue,
             policy,
+            f"ledger {req.ledger_id}" + (", its BookKeeper copy released?" if check_bk_copy_released else ""),
         )
 
     async def _wait_until_unused(
@@ -345,12 +354,12 @@ class LedgerDeletionWorkflow:
                     return _Kept(latest.metadata_store_listing, resent=False, replay_when=_STORE_AHEAD)
                 return _unsettled(req, latest)
             if offload_store_check:
-                listed = await self._activity(
+                listed = await self._check(
                     Step.CHECK_OFFLOAD_LISTED,
                     OffloadListedInput(req),
                     OffloadListedResult,
-                    policy.bookkeeper_queue,
                     policy,
+                    f"ledger {req.ledger_id} in {req.managed_ledger_name}",
                 )
                 if listed.listing:
                     return _Kept(listed.listing, resent=False, replay_when=_STORE_AHEAD)
@@ -369,12 +378,12 @@ class LedgerDeletionWorkflow:
         switch write the store before they act on the ledger, so a ledger the store does not list is not
         referenced. Anything else is dead-lettered.
         """
-        answer = await self._activity(
+        answer = await self._check(
             Step.ASK_OWNER_BROKER,
             AskOwnerBrokerInput(req.topic_name, req.ledger_id),
             AskOwnerBrokerResult,
-            policy.pulsar_queue,
             policy,
+            f"ledger {req.ledger_id} in {req.topic_name}",
         )
         if answer.owner_cannot_load:
             if store_decides:
@@ -443,12 +452,12 @@ class LedgerDeletionWorkflow:
             and offload.has_uid
         ):
             return False
-        checked = await self._activity(
+        checked = await self._check(
             Step.CHECK_OFFLOAD_SUPERSEDED,
             OffloadSupersededInput(req, answer.listed_digest),
             OffloadSupersededResult,
-            policy.bookkeeper_queue,
             policy,
+            f"ledger {req.ledger_id} in {req.managed_ledger_name}",
         )
         return checked.superseded
 
@@ -657,6 +666,7 @@ class LedgerDeletionWorkflow:
     async def _activity(
         self, step: Step, arg: Any, result_type: type[_R], queue: str, policy: DeletionPolicy
     ) -> _R:
+        """A step that changes something, on the task queue of the pool that holds the right to."""
         self._step = step
         try:
             result: _R = await workflow.execute_activity(
@@ -669,10 +679,36 @@ class LedgerDeletionWorkflow:
             )
             return result
         except ActivityError as err:
-            # With steps running in parallel, the first one to fail is the one to report.
-            self._failed_step = self._failed_step or step
-            self._last_error = _describe(err)
+            self._failed(step, err)
             raise
+
+    async def _check(
+        self, step: Step, arg: Any, result_type: type[_R], policy: DeletionPolicy, subject: str
+    ) -> _R:
+        """A read-only step, as a local activity of the workflow pool (the module docstring says why), with
+        the step's own timeout and retry policy; ``subject`` names what it checks in its marker's summary."""
+        self._step = step
+        try:
+            result: _R = await workflow.execute_local_activity(
+                step.value,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(step)),
+                retry_policy=_retry_policy(policy.retry_for(step)),
+                local_retry_threshold=timedelta(seconds=policy.local_retry_threshold_seconds),
+                summary=f"{step.value}: {subject}"[:200],
+            )
+            return result
+        except (ActivityError, ApplicationError) as err:
+            # A local activity out of retries raises its last error itself (an ApplicationError), a timed out
+            # one an ActivityError around a TimeoutError.
+            self._failed(step, err)
+            raise
+
+    def _failed(self, step: Step, err: ActivityError | ApplicationError) -> None:
+        # With steps running in parallel, the first one to fail is the one to report.
+        self._failed_step = self._failed_step or step
+        self._last_error = _describe(err)
 
 
 def _listing_of_an_offloaded_copy(req: PendingDeleteLedgerInfo, answer: AskOwnerBrokerResult) -> bool:

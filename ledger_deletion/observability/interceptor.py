@@ -2,8 +2,9 @@
 
 Activities see only their own input (``delete_bk_ledger`` gets a ledger id and a znode version), yet every
 metric needs the tenant and component, and every span the ledger id, topic and outcome. So the workflow side
-adds one small header, ``ledger-deletion-request``, to each activity it schedules (computed from the workflow
-input, so it is deterministic), and the activity side reads it to label spans and metrics.
+adds one small header, ``ledger-deletion-request``, to each activity it schedules, local ones included
+(computed from the workflow input, so it is deterministic), and the activity side reads it to label spans
+and metrics.
 
 The workflow side also reports each finished deletion (outcome counter, skipped-by-reason, and an
 ``LedgerDeletion:<OUTCOME>`` span in the request's trace) through an extern function, the SDK's sanctioned
@@ -252,6 +253,13 @@ class _WorkflowOutbound(temporalio.worker.WorkflowOutboundInterceptor):
     ) -> temporalio.workflow.ActivityHandle[Any]:
         input.headers = {**input.headers, HEADER: self._root.current_context().to_payload()}
         return super().start_activity(input)
+
+    def start_local_activity(
+        self, input: temporalio.worker.StartLocalActivityInput
+    ) -> temporalio.workflow.ActivityHandle[Any]:
+        # The read-only checks run as local activities: labelled like the others.
+        input.headers = {**input.headers, HEADER: self._root.current_context().to_payload()}
+        return super().start_local_activity(input)
 
     def continue_as_new(self, input: temporalio.worker.ContinueAsNewInput) -> NoReturn:
         super().continue_as_new(input)

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 
 from devstack.cluster import SimulatedCluster
-from ledger_deletion.contracts import Outcome
+from ledger_deletion.contracts import DeletionInput, Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from tests.conftest import wait_for_result
@@ -71,10 +72,11 @@ async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
     assert "pools" in output  # it logged its start and stop
     # The step timeout set in the environment reached the workflows, and the log says so.
     assert "start-to-close check_topic 12 s, " in output
+    # check_topic runs as a local activity, whose timeout no event records: it is the run's input policy's
+    # (test_a_quick_step_that_hangs_is_retried_after_its_own_timeout shows the workflow applies it).
     history = await temporal_client.get_workflow_handle(requests[0].workflow_id).fetch_history()
-    (check,) = [
-        e.activity_task_scheduled_event_attributes
-        for e in history.events
-        if e.activity_task_scheduled_event_attributes.activity_type.name == "check_topic"
-    ]
-    assert check.start_to_close_timeout.ToSeconds() == 12
+    started = history.events[0].workflow_execution_started_event_attributes
+    (inp,) = DataConverter.default.payload_converter.from_payloads(
+        list(started.input.payloads), [DeletionInput]
+    )
+    assert inp.policy.step_timeout_seconds["check_topic"] == 12

@@ -75,7 +75,7 @@ def test_a_command_is_refused_naming_each_missing_endpoint_and_what_it_is(
 @pytest.mark.parametrize(
     ("pool", "needs"),
     [
-        ("workflow", {"temporal_address"}),
+        ("workflow", {"temporal_address", "pulsar_admin_url", "zookeeper"}),  # its read-only checks
         ("pulsar", {"temporal_address", "pulsar_url", "pulsar_admin_url"}),
         ("bookkeeper", {"temporal_address", "zookeeper"}),
         ("offload", {"temporal_address", "s3_endpoint"}),

@@ -26,7 +26,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, Verdict
+from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, RetrySpec, Verdict
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from tests.workflow.environment import start_environment
 from tests.workflow.test_workflow_logic import (
@@ -46,14 +46,23 @@ FLOOD_TOPICS = [f"mallory/ns/forged-{i}" for i in range(MAX_JOINED_DECISIONS + 2
 
 @dataclass(frozen=True)
 class Shape:
-    """One shape of run: the request that starts it, and how the fakes answer (``Fakes`` fields)."""
+    """One shape of run: the request that starts it, and how the fakes answer (``Fakes`` fields).
+
+    ``join_in_first_task``: the second message is signalled with the start, so the first workflow task, which
+    runs the first round of checks, sees it. ``policy``: ``DeletionPolicy`` fields the shape changes.
+    """
 
     request: PendingDeleteLedgerInfo
     fakes: dict[str, Any] = field(default_factory=dict)
+    join_in_first_task: bool = False
+    policy: dict[str, Any] = field(default_factory=dict)
 
 
 SHAPES: dict[str, Shape] = {
     "deleted": Shape(data_request(901)),
+    "topic_gone": Shape(data_request(901), {"topic_exists": False}),
+    "mismatch": Shape(data_request(901), {"verdicts": [Verdict.MISMATCH]}),
+    "in_use_kept": Shape(data_request(901), {"in_use_answers": [True]}),
     "in_use_then_deleted": Shape(data_request(901), {"in_use_answers": [True, False]}),
     "version_changed": Shape(data_request(901), {"delete_statuses": VERSION_RACE}),
     "dead_lettered": Shape(data_request(901), {"delete_error": "ZooKeeper gone"}),
@@ -66,10 +75,11 @@ SHAPES: dict[str, Shape] = {
         data_request(906, topic_name="public/default/orders-sub__transaction_pending_ack"),
         {"owner_cannot_load": True},
     ),
-    # The second message joins while check_topic stalls and asks for the check the first did not.
+    # The second message, there before the first round of checks, asks for the check the first did not.
     "joined_asks_check": Shape(
         data_request(903, check_ledger_still_in_use=False),
-        {"first_check_stalls_seconds": 1.0, "in_use_answers": [True, False]},
+        {"in_use_answers": [True, False]},
+        join_in_first_task=True,
     ),
     # A forged request (another topic) starts the run; the real one joins with its request and is decided
     # on its own.
@@ -98,6 +108,17 @@ SHAPES: dict[str, Shape] = {
     "offload_listed_then_deleted": Shape(offload_request(900), {"offload_listed": [True, False]}),
     # The ledger is younger than the minimum age (60 s by default): a timer for the rest, verified again.
     "young_then_deleted": Shape(data_request(901), {"ages": [59.5, 61.0]}),
+    # A check (a local activity) fails once and is retried inside its workflow task.
+    "check_retried": Shape(data_request(901), {"topic_failures": 1}),
+    # A check fails once, and its next attempt is further off than the local retry threshold: a timer, then
+    # the check again.
+    "check_retried_after_timer": Shape(
+        data_request(901),
+        {"topic_failures": 1},
+        policy={"local_retry_threshold_seconds": 0.2, "step_retry": {"check_topic": RetrySpec(3, 0.5, 0.5)}},
+    ),
+    # A check fails for good: dead-lettered with the check as the failed step, then acked.
+    "check_failed": Shape(data_request(901), {"topic_failures": 1, "topic_failure_permanent": True}),
 }
 
 
@@ -134,7 +155,11 @@ async def record_shape(client: Client, name: str) -> int:
             activity_executor=executor,
         ):
             own, refs = _messages(name, queue, shape.request)
-            handle = await Harness(client, queue, fakes).start(own, refs=refs)
+            harness = Harness(client, queue, fakes)
+            policy = replace(harness.policy, **shape.policy)
+            handle = await harness.start(
+                own, refs=refs, policy=policy, join_in_first_task=shape.join_in_first_task
+            )
             await asyncio.wait_for(handle.result(), timeout=60)
     history = await handle.fetch_history()
     (HISTORIES / f"{name}.json").write_text(history.to_json())

@@ -11,15 +11,16 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
 from temporalio import activity
-from temporalio.api.enums.v1 import TimeoutType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
@@ -70,6 +71,8 @@ class Fakes:
 
     topic_exists: bool = True
     first_check_stalls_seconds: float = 0.0  # the first check_topic attempt hangs this long
+    topic_failures: int = 0  # the first check_topic attempts that fail: transient unless...
+    topic_failure_permanent: bool = False  # ...this says the error is permanent (non-retryable)
     in_use_answers: list[bool] = field(default_factory=lambda: [False])
     owner_lists_offloaded: bool = False  # ask_owner_broker's ``offloaded`` when in use
     owner_cannot_load: bool = False  # the owner refuses to load the topic (transaction-internal)
@@ -93,23 +96,40 @@ class Fakes:
     delete_error: str | None = None
     offload_outcome: Outcome = Outcome.DELETED
     calls: Counter[str] = field(default_factory=Counter)
+    # Per activity name: (start-to-close timeout in seconds, run as a local activity) of its last call.
+    runs_as: dict[str, tuple[float, bool]] = field(default_factory=dict)
     acked: list[str] = field(default_factory=list)
     dead_letters: list[DeadLetterInput] = field(default_factory=list)
     delete_versions: list[int] = field(default_factory=list)
+
+    def call(self, name: str) -> None:
+        """Count a call of ``name``, and note how the workflow ran it."""
+        self.calls[name] += 1
+        info = activity.info()
+        timeout = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else 0.0
+        self.runs_as[name] = (timeout, info.is_local)
 
     def activities(self) -> list[Callable[..., Any]]:
         fakes = self
 
         @activity.defn(name="check_topic")
         def check_topic(inp: CheckTopicInput) -> CheckTopicResult:
-            fakes.calls["check_topic"] += 1
+            fakes.call("check_topic")
             if fakes.calls["check_topic"] == 1:  # the run's first check, first attempt
                 time.sleep(fakes.first_check_stalls_seconds)
+            if fakes.calls["check_topic"] <= fakes.topic_failures:
+                permanent = fakes.topic_failure_permanent
+                raise ApplicationError(
+                    "admin API refused the topic name" if permanent else "admin API unavailable",
+                    {"attempt": activity.info().attempt},
+                    type="InvalidRequestError" if permanent else "AdminApiUnavailable",
+                    non_retryable=permanent,
+                )
             return CheckTopicResult(exists=fakes.topic_exists)
 
         @activity.defn(name="ask_owner_broker")
         def ask_owner_broker(inp: AskOwnerBrokerInput) -> AskOwnerBrokerResult:
-            fakes.calls["ask_owner_broker"] += 1
+            fakes.call("ask_owner_broker")
             if fakes.owner_cannot_load:
                 return AskOwnerBrokerResult(in_use=True, referenced_as="unknown", owner_cannot_load=True)
             answer = fakes.in_use_answers.pop(0) if len(fakes.in_use_answers) > 1 else fakes.in_use_answers[0]
@@ -121,7 +141,7 @@ class Fakes:
 
         @activity.defn(name="verify_bk_metadata")
         def verify_bk_metadata(inp: VerifyBkMetadataInput) -> VerifyBkMetadataResult:
-            fakes.calls["verify_bk_metadata"] += 1
+            fakes.call("verify_bk_metadata")
             verdict = fakes.verdict_by_topic.get(inp.request.topic_name) or (
                 fakes.verdicts.pop(0) if len(fakes.verdicts) > 1 else fakes.verdicts[0]
             )
@@ -145,19 +165,19 @@ class Fakes:
 
         @activity.defn(name="check_offload_superseded")
         def check_offload_superseded(inp: OffloadSupersededInput) -> OffloadSupersededResult:
-            fakes.calls["check_offload_superseded"] += 1
+            fakes.call("check_offload_superseded")
             return OffloadSupersededResult(fakes.offload_superseded)
 
         @activity.defn(name="check_offload_listed")
         def check_offload_listed(inp: OffloadListedInput) -> OffloadListedResult:
-            fakes.calls["check_offload_listed"] += 1
+            fakes.call("check_offload_listed")
             queue = fakes.offload_listed
             listed = queue.pop(0) if len(queue) > 1 else queue[0]
             return OffloadListedResult("its managed ledger lists it offloaded under its uuid" * listed)
 
         @activity.defn(name="delete_bk_ledger")
         def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
-            fakes.calls["delete_bk_ledger"] += 1
+            fakes.call("delete_bk_ledger")
             fakes.delete_versions.append(inp.expected_version)
             if fakes.delete_error:
                 raise ApplicationError(
@@ -170,18 +190,18 @@ class Fakes:
 
         @activity.defn(name="delete_offload_segment")
         def delete_offload_segment(inp: DeleteOffloadInput) -> DeleteOffloadResult:
-            fakes.calls["delete_offload_segment"] += 1
+            fakes.call("delete_offload_segment")
             return DeleteOffloadResult(fakes.offload_outcome, deleted_keys=["s3://b/k"])
 
         @activity.defn(name="ack_messages")
         def ack_messages(inp: AckMessagesInput) -> AckMessagesResult:
-            fakes.calls["ack_messages"] += 1
+            fakes.call("ack_messages")
             fakes.acked.extend(inp.message_ids)
             return AckMessagesResult(acked=len(inp.message_ids))
 
         @activity.defn(name="publish_dead_letter")
         def publish_dead_letter(inp: DeadLetterInput) -> DeadLetterResult:
-            fakes.calls["publish_dead_letter"] += 1
+            fakes.call("publish_dead_letter")
             fakes.dead_letters.append(inp)
             return DeadLetterResult(message_id="dlq-1")
 
@@ -222,8 +242,10 @@ class Harness:
         request: PendingDeleteLedgerInfo,
         refs: list[MessageRef] | None = None,
         policy: DeletionPolicy | None = None,
+        *,
+        join_in_first_task: bool = False,
     ) -> DeletionResult:
-        handle = await self.start(request, refs, policy)
+        handle = await self.start(request, refs, policy, join_in_first_task=join_in_first_task)
         return await asyncio.wait_for(handle.result(), timeout=30)
 
     async def start(
@@ -231,8 +253,15 @@ class Harness:
         request: PendingDeleteLedgerInfo,
         refs: list[MessageRef] | None = None,
         policy: DeletionPolicy | None = None,
+        *,
+        join_in_first_task: bool = False,
     ) -> WorkflowHandle[Any, DeletionResult]:
+        """Start a run with ``refs[0]`` and join the others. With ``join_in_first_task`` the second message
+        is signalled with the start, so the run's first workflow task sees it (a message arriving while that
+        task runs is seen in the next one, once the first round of checks is over)."""
         refs = refs if refs is not None else [MessageRef(f"m-{uuid.uuid4().hex[:6]}", self.queue)]
+        joining = [ref if ref.request is not None else replace(ref, request=request) for ref in refs[1:]]
+        with_start = joining[:1] if join_in_first_task else []
         # As the ingest does: the first message rides in the input, later ones join by signal with their
         # request (the run's own unless a test gives another).
         handle = await self.client.start_workflow(
@@ -241,9 +270,11 @@ class Harness:
             id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
             task_queue=self.queue,
             search_attributes=search_attributes_for(request),
+            start_signal=ADD_MESSAGE_SIGNAL if with_start else None,
+            start_signal_args=with_start,
         )
-        for ref in refs[1:]:
-            await self.join(handle, ref if ref.request is not None else replace(ref, request=request))
+        for ref in joining[len(with_start) :]:
+            await self.join(handle, ref)
         return handle
 
     async def join(self, handle: WorkflowHandle[Any, DeletionResult], ref: MessageRef) -> None:
@@ -507,6 +538,50 @@ async def test_step_that_keeps_failing_is_dead_lettered_then_acked(harness: Harn
     assert result.messages_acked == 1
 
 
+async def test_a_check_that_keeps_failing_is_dead_lettered_with_its_attempts(harness: Harness) -> None:
+    """A read-only check runs as a local activity, with the step's own retry policy: out of retries, the
+    request is dead-lettered naming the check and its attempts, as for any other step."""
+    harness.fakes.topic_failures = 99
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "check_topic"
+    assert harness.fakes.calls["check_topic"] == 3  # max_attempts
+    (letter,) = harness.fakes.dead_letters
+    assert letter.failed_step == "check_topic" and letter.attempts == 3
+    assert "AdminApiUnavailable: admin API unavailable" in letter.reason
+    assert harness.fakes.calls["delete_bk_ledger"] == 0 and result.messages_acked == 1
+
+
+async def test_a_check_failing_for_good_is_not_retried(harness: Harness) -> None:
+    harness.fakes.topic_failures, harness.fakes.topic_failure_permanent = 1, True
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "check_topic"
+    assert harness.fakes.calls["check_topic"] == 1 and harness.fakes.dead_letters[0].attempts == 1
+
+
+@pytest.mark.parametrize("backoff_seconds", [0.05, 0.6], ids=["in-the-task", "on-a-timer"])
+async def test_a_check_that_fails_once_is_retried_in_its_task_or_on_a_timer(
+    harness: Harness, backoff_seconds: float
+) -> None:
+    """A retry due sooner than the local retry threshold runs inside the open workflow task; a later one
+    waits on a durable timer, then the check runs again as attempt 2. Either way one marker records it."""
+    harness.fakes.topic_failures = 1
+    retry = RetrySpec(max_attempts=3, initial_seconds=backoff_seconds, max_interval_seconds=backoff_seconds)
+    policy = replace(harness.policy, step_retry={"check_topic": retry}, local_retry_threshold_seconds=0.3)
+    handle = await harness.start(data_request(), policy=policy)
+    assert (await asyncio.wait_for(handle.result(), timeout=30)).outcome is Outcome.DELETED
+    events = (await handle.fetch_history()).events
+    assert ("check_topic", 2) in local_activity_markers(events)
+    timers = [e for e in events if e.HasField("timer_started_event_attributes")]
+    assert len(timers) == (backoff_seconds > policy.local_retry_threshold_seconds)
+    # No activity task for a check: only the delete and the ack are scheduled.
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == ["delete_bk_ledger", "ack_messages"]
+
+
 async def test_every_message_that_joined_is_acked(harness: Harness) -> None:
     refs = [MessageRef(f"m-{i}", harness.queue) for i in range(3)] + [MessageRef("m-0", harness.queue)]
     harness.fakes.in_use_answers = [True, False]  # keeps the workflow open while the signals arrive
@@ -655,8 +730,29 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
     harness: Harness, joined_asks: bool
 ) -> None:
     """The run was started by a message with checkLedgerStillInUse=false; a second message for the ledger,
-    arriving while the first round runs, asks for the check: the owner is asked, and the ledger it still
+    there before the first round of checks, asks for the check: the owner is asked, and the ledger it still
     uses is kept. Without that second message's ask the run deletes without asking, as the first said."""
+    harness.fakes.in_use_answers = [True]
+    request = data_request(check_ledger_still_in_use=False)
+    second = replace(request, check_ledger_still_in_use=joined_asks)
+    refs = [MessageRef("first", harness.queue), MessageRef("second", harness.queue, request=second)]
+    result = await harness.run(request, refs=refs, join_in_first_task=True)
+    if joined_asks:
+        assert result.outcome is Outcome.SKIPPED_IN_USE
+        # Both arrived before the decision began: one grace answers both.
+        assert harness.fakes.calls["ask_owner_broker"] == harness.policy.in_use_rechecks + 1
+        assert harness.fakes.calls["delete_bk_ledger"] == 0
+    else:
+        assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
+    assert sorted(harness.fakes.acked) == ["first", "second"]
+
+
+async def test_a_message_asking_for_the_check_after_the_first_round_is_answered_by_it(
+    harness: Harness,
+) -> None:
+    """The first round of checks (topic, metadata, owner) runs in the run's first workflow task, so a message
+    arriving while it runs comes after the point where the check is asked for: it is the same request,
+    answered by the decision (here, deleted without asking, as the run's own message said)."""
     harness.fakes.first_check_stalls_seconds = 1.0  # the second message joins while check_topic runs
     harness.fakes.in_use_answers = [True]
     request = data_request(check_ledger_still_in_use=False)
@@ -666,20 +762,12 @@ async def test_a_joined_message_asking_for_the_in_use_check_gets_it(
         while harness.fakes.calls["check_topic"] < 1:
             await asyncio.sleep(0.02)
 
-    # Signalled once the first round runs: a signal landing in the first workflow task would arrive before
-    # the decision began, which then answers it too, and the count below would depend on the timing.
     await asyncio.wait_for(first_round_running(), timeout=10)
-    second = replace(request, check_ledger_still_in_use=joined_asks)
+    second = replace(request, check_ledger_still_in_use=True)
     await harness.join(handle, MessageRef("second", harness.queue, request=second))
     result = await asyncio.wait_for(handle.result(), timeout=30)
-    if joined_asks:
-        assert result.outcome is Outcome.SKIPPED_IN_USE
-        # The second message arrived after the decision began: its in-use answers do not cover it, and it
-        # gets a decision of its own (test_a_message_arriving_after_an_in_use_decision_began_...).
-        assert harness.fakes.calls["ask_owner_broker"] == 2 * (harness.policy.in_use_rechecks + 1)
-        assert harness.fakes.calls["delete_bk_ledger"] == 0
-    else:
-        assert result.outcome is Outcome.DELETED and harness.fakes.calls["ask_owner_broker"] == 0
+    assert result.outcome is Outcome.DELETED and result.decisions == []
+    assert harness.fakes.calls["ask_owner_broker"] == 0
     assert sorted(harness.fakes.acked) == ["first", "second"]
 
 
@@ -792,13 +880,13 @@ async def test_the_broker_request_past_the_limit_is_still_decided(harness: Harne
 async def test_a_joined_request_asking_for_the_check_makes_the_run_ask(harness: Harness) -> None:
     """Any message asking for the in-use check before the check point gets it for the run, whatever request
     it brought: a check never deletes anything."""
-    harness.fakes.first_check_stalls_seconds = 1.0
     harness.fakes.in_use_answers = [True]
     harness.fakes.verdict_by_topic = {FORGED_TOPIC: Verdict.MISMATCH}
     request = data_request(check_ledger_still_in_use=False)
     other = replace(request, topic_name=FORGED_TOPIC, check_ledger_still_in_use=True)
     refs = [MessageRef("first", harness.queue), MessageRef("other", harness.queue, request=other)]
-    result = await harness.run(request, refs=refs)
+    # Before the first round of checks, which runs in the first workflow task.
+    result = await harness.run(request, refs=refs, join_in_first_task=True)
     assert harness.fakes.calls["delete_bk_ledger"] == 0
     assert [d.outcome for d in result.decisions] == [
         Outcome.SKIPPED_IN_USE,
@@ -861,30 +949,42 @@ async def test_a_quick_step_that_hangs_is_retried_after_its_own_timeout(harness:
     # Before the stalled attempt could have answered, and long before the policy's 30 s.
     result = await asyncio.wait_for(handle.result(), timeout=3.5)
     assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_topic"] == 2
+    # The read-only checks run as local activities of the workflow's worker, the rest on their pools' queues.
+    assert harness.fakes.runs_as == {
+        "check_topic": (1, True),
+        "ask_owner_broker": (30, True),
+        "verify_bk_metadata": (30, True),
+        "delete_bk_ledger": (30, False),
+        "ack_messages": (30, False),
+    }
     events = (await handle.fetch_history()).events
-    scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes
+    scheduled = [
+        e.activity_task_scheduled_event_attributes
         for e in events
         if e.HasField("activity_task_scheduled_event_attributes")
-    }
-    timeouts = {a.activity_type.name: a.start_to_close_timeout.ToSeconds() for a in scheduled.values()}
-    assert timeouts == {
-        "check_topic": 1,
-        "ask_owner_broker": 30,
-        "verify_bk_metadata": 30,
+    ]
+    assert {a.activity_type.name: a.start_to_close_timeout.ToSeconds() for a in scheduled} == {
         "delete_bk_ledger": 30,
         "ack_messages": 30,
     }
-    # The server retried the attempt it timed out: one check_topic started, as attempt 2, after a timeout.
-    (check,) = [
-        e.activity_task_started_event_attributes
-        for e in events
-        if e.HasField("activity_task_started_event_attributes")
-        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id].activity_type.name
-        == "check_topic"
+    # The worker retried the attempt that timed out: one marker for check_topic, its attempt 2.
+    assert sorted(local_activity_markers(events)) == [
+        ("ask_owner_broker", 1),
+        ("check_topic", 2),
+        ("verify_bk_metadata", 1),
     ]
-    assert check.attempt == 2
-    assert check.last_failure.timeout_failure_info.timeout_type == TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE
+
+
+def local_activity_markers(events: Iterable[HistoryEvent]) -> list[tuple[str, int]]:
+    """(activity type, attempt) of each local activity's marker: the SDK records both in its ``data``."""
+    converter = DataConverter.default.payload_converter
+    markers = []
+    for event in events:
+        if event.HasField("marker_recorded_event_attributes"):
+            payload = event.marker_recorded_event_attributes.details["data"].payloads[0]
+            data = converter.from_payloads([payload], [dict])[0]
+            markers.append((str(data["activity_type"]), int(data["attempt"])))
+    return markers
 
 
 UPSERT_EVENT = "upsert_workflow_search_attributes_event_attributes"

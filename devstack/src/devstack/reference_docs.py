@@ -63,7 +63,7 @@ def settings_page() -> str:
         "",
         "Every command reads its settings once from the environment when it starts, and refuses to start on",
         "a value it cannot use, naming the variable. Endpoints have no default: a command refuses to start",
-        "naming each endpoint it needs that is unset (a pool needs Temporal and the system it talks to).",
+        "naming each endpoint it needs that is unset (a pool needs Temporal and the systems it talks to).",
         '`eval "$(ledger-deletion stack env)"` sets them all for the embedded stack.',
     ]
     rows: list[str] = []
