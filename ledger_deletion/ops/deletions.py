@@ -106,14 +106,16 @@ async def list_deletions(client: Client, query: str, limit: int = 200) -> list[D
 
 @dataclass
 class StepRecord:
-    """One scheduled activity (all its attempts), or a durable wait."""
+    """One scheduled activity (all its attempts), one read-only check (a local activity's marker), or a
+    durable wait."""
 
     step: str
     scheduled: datetime | None = None
     started: datetime | None = None
     finished: datetime | None = None
     attempts: int = 0
-    state: str = "scheduled"  # scheduled | running | completed | failed | timed_out | canceled | fired
+    # scheduled | running | completed | failed | timed_out | canceled | backing_off | fired
+    state: str = "scheduled"
     error: str = ""
 
     @property
@@ -225,10 +227,16 @@ def _steps_from_history(
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED:
             record = by_event[event.activity_task_canceled_event_attributes.scheduled_event_id]
             record.finished, record.state = when, "canceled"
+        elif kind == EventType.EVENT_TYPE_MARKER_RECORDED:
+            check = _local_activity(event, converter)
+            if check is not None:
+                steps.append(check)
         elif kind == EventType.EVENT_TYPE_TIMER_STARTED:
-            # The workflow names each timer by the step it waits in (wait_in_use, wait_ledger_age).
+            # The workflow names each timer by the step it waits in (wait_in_use, wait_ledger_age); the SDK's
+            # own timer before a check's next attempt, when its backoff is too long to wait in the workflow
+            # task, has no name.
             summary = event.user_metadata.summary
-            step = converter.from_payloads([summary], [str])[0] if summary.data else "wait_in_use"
+            step = converter.from_payloads([summary], [str])[0] if summary.data else "retry_backoff"
             record = StepRecord(str(step), scheduled=when, state="waiting", attempts=1)
             steps.append(record)
             by_event[event.event_id] = record
@@ -251,6 +259,38 @@ def _steps_from_history(
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             failure = _failure_text(event.workflow_execution_failed_event_attributes.failure)
     return steps, messages, result, failure
+
+
+def _local_activity(event: HistoryEvent, converter: Any) -> StepRecord | None:
+    """A read-only check, run as a local activity: the SDK records each in one marker, with its type, its
+    attempts and when it was first scheduled (``data``), and its result or its last failure. A failure with a
+    ``backoff`` is retried after a durable timer, in a marker of its own."""
+    attrs = event.marker_recorded_event_attributes
+    payloads = attrs.details["data"].payloads if "data" in attrs.details else []
+    if attrs.marker_name != "core_local_activity" or not payloads:
+        return None  # another kind of marker (a version marker)
+    data = converter.from_payloads(list(payloads)[:1], [dict])[0]
+    if not isinstance(data, dict) or not data.get("activity_type"):
+        return None
+    finished = event.event_time.ToDatetime(tzinfo=UTC)
+    record = StepRecord(
+        str(data["activity_type"]),
+        scheduled=_timestamp(data.get("original_schedule_time")) or finished,
+        finished=finished,
+        attempts=int(data.get("attempt") or 1),
+        state="completed",
+    )
+    if attrs.HasField("failure"):
+        record.state = "backing_off" if data.get("backoff") else "failed"
+        record.error = _failure_text(attrs.failure)
+    return record
+
+
+def _timestamp(value: Any) -> datetime | None:
+    """A protobuf Timestamp as the SDK writes it into a marker (``{"seconds": …, "nanos": …}``)."""
+    if not isinstance(value, dict) or "seconds" not in value:
+        return None
+    return datetime.fromtimestamp(int(value["seconds"]) + int(value.get("nanos") or 0) / 1e9, tz=UTC)
 
 
 def _merge_pending(steps: list[StepRecord], pending: Iterable[Any]) -> None:

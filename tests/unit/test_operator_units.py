@@ -319,3 +319,48 @@ def test_show_names_each_timer_by_the_step_it_waits_in(shape: str, waits: list[s
     history = WorkflowHistory.from_json(shape, (HISTORIES / f"{shape}.json").read_text())
     steps, *_ = _steps_from_history(history.events, DataConverter.default.payload_converter)
     assert [s.step for s in steps if s.state == "fired"] == waits
+
+
+@pytest.mark.parametrize(
+    ("shape", "expected"),
+    [
+        (
+            "deleted",
+            [
+                ("check_topic", "completed", 1),
+                ("verify_bk_metadata", "completed", 1),
+                ("ask_owner_broker", "completed", 1),
+                ("delete_bk_ledger", "completed", 1),
+                ("ack_messages", "completed", 1),
+            ],
+        ),
+        (
+            "check_retried_after_timer",
+            [
+                ("check_topic", "backing_off", 1),
+                ("retry_backoff", "fired", 1),
+                ("verify_bk_metadata", "completed", 1),
+                ("check_topic", "completed", 2),
+                ("ask_owner_broker", "completed", 1),
+                ("delete_bk_ledger", "completed", 1),
+                ("ack_messages", "completed", 1),
+            ],
+        ),
+    ],
+)
+def test_show_lists_the_checks_run_as_local_activities(
+    shape: str, expected: list[tuple[str, str, int]]
+) -> None:
+    """The read-only checks leave a marker each, not activity events: ``show`` lists them as steps too."""
+    from temporalio.client import WorkflowHistory
+    from temporalio.converter import DataConverter
+
+    from ledger_deletion.ops.deletions import _steps_from_history
+    from tests.workflow.record_histories import HISTORIES
+
+    history = WorkflowHistory.from_json(shape, (HISTORIES / f"{shape}.json").read_text())
+    steps, *_ = _steps_from_history(history.events, DataConverter.default.payload_converter)
+    listed = [(s.step, s.state, s.attempts) for s in steps]
+    # The first round's two checks run at once: either may be recorded first.
+    assert sorted(listed[:2]) == sorted(expected[:2]) and listed[2:] == expected[2:]
+    assert all(s.finished is not None and s.seconds is not None for s in steps)
