@@ -235,7 +235,8 @@ class Watcher:
         metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
         known = {s.key for s in suspects}
         suspects += await asyncio.to_thread(unreferenced_suspects, metadata, self.snapshot, known)
-        self.stats.resyncs += 1
+        await self._start(suspects)
+        self.stats.resyncs += 1  # done: its suspects' workflows started
         log.info(
             "resync: %d records, %d BookKeeper ledgers listed, %d unreferenced, %d suspects (%.1f s)",
             self.snapshot.records,
@@ -244,7 +245,6 @@ class Watcher:
             len(suspects),
             time.monotonic() - began,
         )
-        await self._start(suspects)
 
     async def _next_round(self) -> dict[str, EventKind]:
         """The znodes changed since the last round, each with its last event (at most MAX_ROUND)."""

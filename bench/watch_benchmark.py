@@ -1,0 +1,546 @@
+"""Benchmark of the watcher: its memory per 100k topics, and its ZooKeeper reads while brokers roll ledgers.
+
+    python bench/watch_benchmark.py --ledgers 1000000 --rolls-per-minute 3000 --minutes 3
+
+1. A ZooKeeper of its own (``--zk-port``, ``--zk-heap``, ``mntr`` on, forceSync off, data under
+   ``--state-dir``) and a cluster from reconcile's generator (``reconcile.generator``) written into a chroot
+   of it: BookKeeper ledgers, managed ledgers, cursors, schemas. No offloaded objects: the watcher reads
+   none of them but in its suspects' checks. Clusters are cached in the state dir.
+2. Memory: a full read of Pulsar's metadata into a :class:`~ledger_deletion.watch.snapshot.Snapshot` under
+   ``tracemalloc``, the Python memory it keeps afterwards, per managed ledger and per 100k of them.
+3. The resync a starting watcher does (BookKeeper's ids listed, every record read, the unreferenced
+   ledgers' metadata read): wall time and the requests ZooKeeper received (``mntr``'s
+   ``zk_packets_received``) and the watcher sent.
+4. Brokers rolling ledgers (a child process): each roll stores its managed ledger's list with a new
+   ledger, then trims the oldest (a rollover followed by a retention trim: two writes), creating and
+   deleting the BookKeeper znodes; cursors switch ledgers at their own rate. The watcher follows as in
+   production, elected, with its workflow starts counted instead of sent to Temporal. Measured: the
+   changes written, the events the watcher received (each change must arrive as one), the znodes it read
+   and the requests it sent, its suspects, its CPU.
+
+Realistic rates come from Pulsar's defaults (``ServiceConfiguration``): a topic rolls its ledger at most
+every ``managedLedgerMaxLedgerRolloverTimeMinutes`` (240) and at least ``...MinLedgerRolloverTimeMinutes``
+(10) apart; a cursor every ``managedLedgerCursorRolloverTimeInSeconds`` (14400). The table states the
+rates measured and scales them per 100k topics.
+
+Results (a JSON file and the table) go to ``--out``, by default
+``$XDG_STATE_HOME/ledger-deletion/bench/watch-<utc time>/``, outside the repository; the ZooKeeper this run
+started is stopped at the end (``--keep-zookeeper`` leaves it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import multiprocessing
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import tracemalloc
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from kazoo.client import KazooClient  # noqa: E402
+from kazoo.exceptions import NoNodeError  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+
+from bench.reconcile_benchmark import packets_received  # noqa: E402
+from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata  # noqa: E402
+from ledger_deletion.formats.bk_paths import ledger_path  # noqa: E402
+from ledger_deletion.formats.managed_ledger import (  # noqa: E402
+    parse_managed_cursor_info,
+    parse_managed_ledger_info,
+    serialize_managed_cursor_info,
+    serialize_managed_ledger_info,
+)
+from ledger_deletion.settings import Settings  # noqa: E402
+from reconcile.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
+from reconcile.zk_reads import ZkReads  # noqa: E402
+from workers.watch_scan import read_pulsar_metadata  # noqa: E402
+from workers.watcher import Watcher  # noqa: E402
+
+ZK_JAR = "/usr/share/java/zookeeper.jar"
+SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
+PER = 100_000  # results are scaled per this many topics (managed ledgers)
+
+
+def _state_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "ledger-deletion"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# ZooKeeper and the cluster
+# ---------------------------------------------------------------------------------------------------------
+
+
+def start_zookeeper(state: Path, port: int, heap: str) -> subprocess.Popen[bytes] | None:
+    """A ZooKeeper of this benchmark's own on ``port``; None when the one an earlier run left (``--keep-
+    zookeeper``, its pid in the state dir) still answers there.
+
+    Anything else on the port is refused: a cluster of a million ledgers written into somebody else's
+    ZooKeeper (the embedded stack's, another benchmark's) would disturb all its users.
+    """
+    pid_file = state / "zk.pid"
+    if _port_open(port):
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
+        if pid is not None and _is_ours(pid, state / "zoo.cfg"):
+            return None
+        raise SystemExit(f"port {port} is in use by something else; choose another with --zk-port")
+    (state / "zk").mkdir(parents=True, exist_ok=True)
+    cfg = state / "zoo.cfg"
+    cfg.write_text(
+        "\n".join(
+            [
+                "tickTime=2000",
+                f"dataDir={state / 'zk'}",
+                f"clientPort={port}",
+                "clientPortAddress=127.0.0.1",
+                "admin.enableServer=false",
+                "maxClientCnxns=0",
+                "forceSync=no",
+                "4lw.commands.whitelist=ruok,srvr,mntr",
+                "",
+            ]
+        )
+    )
+    argv = [
+        shutil.which("java") or "java",
+        f"-Xmx{heap}",
+        "-XX:+UseParallelGC",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Djute.maxbuffer=8388608",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp",
+        f"{ZK_JAR}:{SLF4J_JAR}",
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(cfg),
+    ]
+    with open(state / "zk.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    pid_file.write_text(str(proc.pid))
+    deadline = time.monotonic() + 120
+    while not _port_open(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"ZooKeeper did not start; see {state / 'zk.log'}")
+        time.sleep(0.3)
+    return proc
+
+
+def _is_ours(pid: int, config: Path) -> bool:
+    """The process ``pid`` is alive and is the ZooKeeper this benchmark started with ``config``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+    return "ZooKeeperServerMain" in cmdline and str(config) in cmdline
+
+
+class _NoObjects:
+    """The generator's S3 client, for a cluster whose offloaded objects nobody reads here."""
+
+    def put_object(self, **_: Any) -> None:
+        return None
+
+
+def cluster(state: Path, zookeeper: str, ledgers: int) -> dict[str, Any]:
+    """Generate (or reuse) the cluster of ``ledgers`` ledgers; returns its cache entry."""
+    cache = state / f"cluster-{ledgers}.json"
+    if cache.exists():
+        entry: dict[str, Any] = json.loads(cache.read_text())
+        zk = KazooClient(hosts=zookeeper)
+        zk.start(timeout=300)  # a restarted ZooKeeper loads its snapshot first
+        try:
+            if entry.get("complete") and zk.exists(entry["chroot"] + "/ledgers/LAYOUT"):
+                return entry
+        finally:
+            zk.stop()
+            zk.close()
+    chroot = f"/watch-bench-{ledgers}-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    plan = plan_cluster(ClusterSpec(ledgers=ledgers, seed=ledgers, offloading_fraction=0.4))
+    zk = KazooClient(hosts=zookeeper, timeout=30)
+    zk.start()
+    zk.ensure_path(chroot)
+    zk.stop()
+    zk.close()
+    zk = KazooClient(hosts=zookeeper + chroot, timeout=30)
+    zk.start()
+    last = [0.0]
+
+    def progress(stage: str, n: int) -> None:
+        if time.monotonic() - last[0] > 10:
+            last[0] = time.monotonic()
+            print(f"  generating: {stage} {n}", flush=True)
+
+    stats = write_plan(zk, _NoObjects(), plan, bucket="pulsar-offload", progress=progress)
+    zk.stop()
+    zk.close()
+    entry = {
+        "ledgers": ledgers,
+        "chroot": chroot,
+        "complete": True,
+        "generate_seconds": round(time.monotonic() - started, 1),
+        "bk_ledgers": len(plan.ledgers),
+        "managed_ledgers": len(plan.managed_ledgers),
+        "cursors": len(plan.cursors),
+        "schemas": len(plan.schemas),
+        "znodes": stats.znodes,
+        "first_free_id": max(i for i, _ in plan.ledgers if i < 2**31) + 1_000_000,
+        "ml_names": [name for name, _ in plan.managed_ledgers],
+        "cursor_paths": [f"{name}/{c}" for name, c, _ in plan.cursors],
+    }
+    cache.write_text(json.dumps(entry))
+    return entry
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Memory of a full read
+# ---------------------------------------------------------------------------------------------------------
+
+
+def measure_memory(zookeeper: str, chroot: str) -> dict[str, Any]:
+    zk = KazooClient(hosts=zookeeper + chroot, timeout=60)
+    zk.start()
+    try:
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        began = time.monotonic()
+        snapshot = read_pulsar_metadata(ZkReads(zk))
+        seconds = time.monotonic() - began
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+    finally:
+        zk.stop()
+        zk.close()
+    record_bytes = sum(len(d) for d in snapshot.managed_ledgers.values())
+    topics = len(snapshot.managed_ledgers)
+    return {
+        "managed_ledgers": topics,
+        "cursors": len(snapshot.cursors),
+        "schemas": len(snapshot.schemas),
+        "snapshot_bytes": kept,
+        "record_bytes": record_bytes,
+        "bytes_per_topic": round(kept / topics),
+        "mib_per_100k_topics": round(kept / topics * PER / 2**20, 1),
+        "read_seconds_traced": round(seconds, 1),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Brokers rolling ledgers
+# ---------------------------------------------------------------------------------------------------------
+
+
+def simulate(
+    zookeeper: str,
+    chroot: str,
+    ml_names: list[str],
+    cursor_paths: list[str],
+    first_id: int,
+    rolls_per_minute: float,
+    switches_per_minute: float,
+    seconds: float,
+    results: Any,
+) -> None:
+    """Roll ledgers and switch cursors at the given rates for ``seconds``; put the counts in ``results``."""
+    zk = KazooClient(hosts=zookeeper + chroot, timeout=30)
+    zk.start()
+    rnd = random.Random(7)
+    # Ids no earlier run used either: a run leaves its ledgers in the cached cluster.
+    base = first_id + random.Random().randrange(0, 2**31 - 10**8 - first_id, 10**6)
+    ids = iter(range(base, 2**31 - 1))
+    lock = threading.Lock()
+    counts = {"rolls": 0, "trims": 0, "switches": 0, "watched_writes": 0, "missed": 0}
+
+    def new_ledger(ml_name: str) -> int:
+        with lock:
+            ledger_id = next(ids)
+        md = build_pulsar_ledger_metadata(managed_ledger_custom_metadata(ml_name), state="OPEN")
+        zk.create(ledger_path(ledger_id), md, makepath=True)
+        return ledger_id
+
+    def roll(ml_name: str) -> None:
+        path = f"/managed-ledgers/{ml_name}"
+        data, stat = zk.get(path)
+        info = parse_managed_ledger_info(data)
+        new = new_ledger(ml_name)
+        info.ledgerInfo.add(ledgerId=new, timestamp=int(time.time() * 1000))
+        stat = zk.set(path, serialize_managed_ledger_info(info), version=stat.version)
+        writes = 1
+        trimmed = None
+        if len(info.ledgerInfo) > 2:
+            trimmed = info.ledgerInfo[0].ledgerId
+            del info.ledgerInfo[0]
+            zk.set(path, serialize_managed_ledger_info(info), version=stat.version)
+            writes += 1
+        if trimmed is not None:
+            with contextlib.suppress(NoNodeError):
+                zk.delete(ledger_path(trimmed))
+        with lock:
+            counts["rolls"] += 1
+            counts["trims"] += trimmed is not None
+            counts["watched_writes"] += writes
+
+    def switch(cursor_path: str) -> None:
+        path = f"/managed-ledgers/{cursor_path}"
+        data, stat = zk.get(path)
+        info = parse_managed_cursor_info(data)
+        old = info.cursorsLedgerId if data and info.HasField("cursorsLedgerId") else -1
+        info.cursorsLedgerId = new_ledger(cursor_path.rsplit("/", 1)[0])
+        zk.set(path, serialize_managed_cursor_info(info), version=stat.version)
+        if old >= 0:
+            with contextlib.suppress(NoNodeError):
+                zk.delete(ledger_path(old))
+        with lock:
+            counts["switches"] += 1
+            counts["watched_writes"] += 1
+
+    def guarded(fn: Any, arg: str) -> None:
+        try:
+            fn(arg)
+        except Exception:  # noqa: BLE001 - a write that lost a race (BadVersion) is simply not counted
+            with lock:
+                counts["missed"] += 1
+
+    began = time.monotonic()
+    done_rolls = done_switches = 0
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        while (elapsed := time.monotonic() - began) < seconds:
+            due_rolls = int(elapsed * rolls_per_minute / 60) - done_rolls
+            due_switches = int(elapsed * switches_per_minute / 60) - done_switches
+            for _ in range(max(0, due_rolls)):
+                pool.submit(guarded, roll, rnd.choice(ml_names))
+            for _ in range(max(0, due_switches)):
+                pool.submit(guarded, switch, rnd.choice(cursor_paths))
+            done_rolls += max(0, due_rolls)
+            done_switches += max(0, due_switches)
+            time.sleep(0.05)
+    counts["seconds"] = round(time.monotonic() - began, 1)  # type: ignore[assignment]
+    zk.stop()
+    zk.close()
+    results.put(counts)
+
+
+class _CountedStarts:
+    """Stands in for the Temporal client: the watcher's suspect workflow starts are counted."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    async def start_workflow(self, *_: Any, **__: Any) -> None:
+        self.started += 1
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure_watch(
+    zookeeper: str, entry: dict[str, Any], rolls_per_minute: float, switches_per_minute: float, minutes: float
+) -> dict[str, Any]:
+    hosts = zookeeper + entry["chroot"]
+    settings = Settings(
+        zookeeper=hosts, watch_delay_seconds=300, watch_election_path="/ledger-deletion/watcher"
+    )
+    metadata_zk = KazooClient(hosts=hosts, timeout=30)
+    bk_zk = KazooClient(hosts=hosts, timeout=30)
+    for zk in (metadata_zk, bk_zk):
+        zk.start()
+    starts = _CountedStarts()
+    watcher = Watcher(settings, cast(Client, starts), metadata_zk, bk_zk, identifier="bench")
+    stop = asyncio.Event()
+    packets = packets_received(zookeeper)
+    cpu, began = _cpu(), time.monotonic()
+    task = asyncio.create_task(watcher.run(stop))
+    while watcher.stats.resyncs < 1:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.1)
+    resync = {
+        "seconds": round(time.monotonic() - began, 1),
+        "cpu_seconds": round(_cpu() - cpu, 1),
+        "zk_packets": packets_received(zookeeper) - packets,
+        "watcher_requests": watcher.reads.requests + watcher.bk_reads.requests,
+        "suspects": starts.started,
+    }
+    print(f"resync: {json.dumps(resync)}", flush=True)
+
+    stats0, requests0, starts0 = (
+        dict(vars(watcher.stats)),
+        watcher.reads.requests,
+        starts.started,
+    )
+    results: Any = multiprocessing.get_context("spawn").Queue()
+    child = multiprocessing.get_context("spawn").Process(
+        target=simulate,
+        args=(
+            zookeeper,
+            entry["chroot"],
+            entry["ml_names"],
+            entry["cursor_paths"],
+            entry["first_free_id"],
+            rolls_per_minute,
+            switches_per_minute,
+            minutes * 60,
+            results,
+        ),
+    )
+    cpu, began = _cpu(), time.monotonic()
+    child.start()
+    while child.is_alive():
+        await asyncio.sleep(0.5)
+    counts = results.get(timeout=60)
+    # Until the watcher has received an event for every change (or stops receiving any).
+    settle = time.monotonic()
+    while (
+        watcher.stats.events - stats0["events"] < counts["watched_writes"] and time.monotonic() - settle < 60
+    ):
+        await asyncio.sleep(0.5)
+    await asyncio.sleep(2)
+    watched_seconds = counts["seconds"]
+    events = watcher.stats.events - stats0["events"]
+    znodes_read = watcher.stats.znodes_read - stats0["znodes_read"]
+    requests = watcher.reads.requests - requests0
+    per_minute = 60 / watched_seconds
+    watch = {
+        "seconds": watched_seconds,
+        "rolls": counts["rolls"],
+        "cursor_switches": counts["switches"],
+        "lost_races": counts["missed"],
+        "changes_written": counts["watched_writes"],
+        "events_received": events,
+        "changes_per_minute": round(counts["watched_writes"] * per_minute),
+        "znodes_read_per_minute": round(znodes_read * per_minute),
+        "requests_per_minute": round(requests * per_minute),
+        "reads_per_change": round(znodes_read / max(1, counts["watched_writes"]), 3),
+        "rounds": watcher.stats.rounds - stats0["rounds"],
+        "suspects_per_minute": round((starts.started - starts0) * per_minute),
+        "watcher_cpu_seconds_per_minute": round((_cpu() - cpu) * 60 / (time.monotonic() - began), 2),
+    }
+    stop.set()
+    await task
+    for zk in (metadata_zk, bk_zk):
+        zk.stop()
+        zk.close()
+    return {"resync": resync, "watch": watch}
+
+
+# ---------------------------------------------------------------------------------------------------------
+
+
+def render(result: dict[str, Any]) -> str:
+    cluster, mem, resync, watch = result["cluster"], result["memory"], result["resync"], result["watch"]
+    topics = cluster["managed_ledgers"]
+    scale = PER / topics
+    lines = [
+        f"cluster: {cluster['bk_ledgers']} BK ledgers, {topics} managed ledgers (topics), "
+        f"{cluster['cursors']} cursors, {cluster['schemas']} schemas",
+        "",
+    ]
+    if mem is not None:
+        lines += [
+            "memory of the snapshot (Python objects kept after a full read, tracemalloc):",
+            f"  {mem['snapshot_bytes'] / 2**20:.1f} MiB = {mem['bytes_per_topic']} B per topic "
+            f"-> {mem['mib_per_100k_topics']} MiB per 100k topics "
+            f"(records themselves: {mem['record_bytes'] / 2**20:.1f} MiB)",
+            "",
+        ]
+    lines += [
+        "resync (watcher start): BK ids listed, every record read, unreferenced ledgers' metadata read:",
+        f"  {resync['seconds']} s, {resync['cpu_seconds']} CPU s, "
+        f"{resync['zk_packets']} requests at the server "
+        f"({resync['watcher_requests']} sent by the watcher's reads); "
+        f"per 100k topics: {resync['zk_packets'] * scale:.0f} requests",
+        "",
+        "watching brokers roll (each roll: list + new ledger, then trim of the oldest) and cursors switch:",
+        f"  {watch['changes_per_minute']} changed znodes/min written ({watch['rolls']} rolls, "
+        f"{watch['cursor_switches']} switches in {watch['seconds']} s), "
+        f"{watch['events_received']} of {watch['changes_written']} changes received as events; "
+        f"{watch['lost_races']} writes failed",
+        f"  the watcher read {watch['znodes_read_per_minute']} znodes/min in {watch['requests_per_minute']} "
+        f"requests/min ({watch['reads_per_change']} reads per change), started "
+        f"{watch['suspects_per_minute']} suspects/min, "
+        f"used {watch['watcher_cpu_seconds_per_minute']} CPU s/min",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--ledgers", type=int, default=1_000_000, help="BK ledgers of the generated cluster")
+    parser.add_argument("--rolls-per-minute", type=float, default=3000)
+    parser.add_argument("--cursor-switches-per-minute", type=float, default=600)
+    parser.add_argument("--minutes", type=float, default=3)
+    parser.add_argument("--zk-port", type=int, default=27181)
+    parser.add_argument("--zk-heap", default="4g")
+    parser.add_argument("--state-dir", type=Path, default=_state_home() / "bench" / "watch-clusters")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--keep-zookeeper", action="store_true")
+    parser.add_argument("--no-memory", action="store_true", help="skip the (slow, traced) memory read")
+    args = parser.parse_args(argv)
+    out: Path = args.out or _state_home() / "bench" / f"watch-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    out.mkdir(parents=True, exist_ok=True)
+    print(f"results: {out}", flush=True)
+    args.state_dir.mkdir(parents=True, exist_ok=True)
+    zk_proc = start_zookeeper(args.state_dir, args.zk_port, args.zk_heap)
+    zookeeper = f"127.0.0.1:{args.zk_port}"
+    try:
+        entry = cluster(args.state_dir, zookeeper, args.ledgers)
+        brief = {k: v for k, v in entry.items() if k not in ("ml_names", "cursor_paths")}
+        print(f"cluster: {json.dumps(brief)}", flush=True)
+        memory = None if args.no_memory else measure_memory(zookeeper, entry["chroot"])
+        print(f"memory: {json.dumps(memory)}", flush=True)
+        measured = asyncio.run(
+            measure_watch(
+                zookeeper, entry, args.rolls_per_minute, args.cursor_switches_per_minute, args.minutes
+            )
+        )
+        result = {
+            "argv": sys.argv[1:] if argv is None else argv,
+            "cluster": brief,
+            "memory": memory,
+            **measured,
+        }
+        text = render(result)
+        (out / "results.json").write_text(json.dumps(result, indent=2))
+        (out / "table.txt").write_text(text + "\n")
+        print(text, flush=True)
+        print(f"results: {out}", flush=True)
+    finally:
+        if zk_proc is not None and not args.keep_zookeeper:
+            os.killpg(zk_proc.pid, signal.SIGTERM)
+            zk_proc.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    raise SystemExit(main())
