@@ -25,8 +25,11 @@ from enum import StrEnum
 from typing import Any
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import UnimplementedError
 from kazoo.protocol.paths import _prefix_root
 from kazoo.protocol.serialization import Watch, int_struct, write_string
+
+from ledger_deletion.errors import ConfigurationError
 
 __all__ = ["ADD_WATCH_OPCODE", "AddWatch", "EventKind", "PersistentWatches", "WatchEvent"]
 
@@ -105,11 +108,19 @@ class PersistentWatches:
         """Watch ``root`` and everything below it (it need not exist yet); again after a reconnection.
 
         Raises:
-            kazoo's errors: ``UnimplementedError`` from a server before 3.6, connection errors.
+            ConfigurationError: a server before 3.6, which has no ``addWatch``.
+            kazoo's connection errors.
         """
         with self._lock:
             if root not in self._roots:
                 self._roots = (*self._roots, root)
         result = self._client.handler.async_result()
         self._client._call(AddWatch(_prefix_root(self._client.chroot, root)), result)
-        result.get(timeout=_RESULT_TIMEOUT)
+        try:
+            result.get(timeout=_RESULT_TIMEOUT)
+        except UnimplementedError as exc:
+            hosts = ",".join(f"{host}:{port}" for host, port in self._client.hosts)
+            raise ConfigurationError(
+                f"ZooKeeper {hosts} has no persistent recursive watches (addWatch): the watcher needs "
+                "ZooKeeper 3.6 or later"
+            ) from exc
