@@ -339,15 +339,23 @@ def classify_bk_ledgers(bk: DataFrame) -> DataFrame:
     return _with_tenant(df)
 
 
+def _of_ids(df: DataFrame, ids: DataFrame) -> DataFrame:
+    """The rows of ``df`` whose ``ledger_id`` is in ``ids``. Everything computed per ledger id (the
+    anti-joins, the aggregates of replaced_offload_owners) comes out the same for those ids from these rows
+    alone, and they are few: the references of the ledgers and objects at hand, not of the whole cluster.
+    ``ids`` is broadcast: it is the extracted BK ledgers (the unreferenced ones) or the unmatched offload
+    objects."""
+    return df.join(F.broadcast(ids.select("ledger_id").distinct()), "ledger_id", "left_semi")
+
+
 def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int) -> DataFrame:
     """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
-    unref = bk.join(bk_referenced_ids(references, contexts), "ledger_id", "left_anti")
+    refs, ctxs = _of_ids(references, bk), _of_ids(contexts, bk)
+    unref = bk.join(bk_referenced_ids(refs, ctxs), "ledger_id", "left_anti")
     df = classify_bk_ledgers(unref)
     # The managed ledger(s) listing it as offloaded with its BK copy deleted (none for ordinary orphans).
     released = (
-        _offloaded_bk_deleted(references)
-        .groupBy("ledger_id")
-        .agg(F.collect_set("owner").alias("_released_by"))
+        _offloaded_bk_deleted(refs).groupBy("ledger_id").agg(F.collect_set("owner").alias("_released_by"))
     )
     df = df.join(released, "ledger_id", "left")
     is_released = F.col("_released_by").isNotNull()
@@ -461,11 +469,13 @@ def offload_findings(
         F.sum("size").cast(LongType()).alias("bytes"),
         F.max("last_modified_ms").alias("created_ms"),
     )
-    referenced = referenced_ids(references, contexts).select(
+    at_hand = grouped.where(F.col("ledger_id").isNotNull())
+    refs, ctxs = _of_ids(references, at_hand), _of_ids(contexts, at_hand)
+    referenced = referenced_ids(refs, ctxs).select(
         F.col("ledger_id").alias("_ref_id"), F.lit(True).alias("_referenced")
     )
     grouped = grouped.join(referenced, F.col("ledger_id") == F.col("_ref_id"), "left")
-    replaced = replaced_offload_owners(references, contexts).select(
+    replaced = replaced_offload_owners(refs, ctxs).select(
         F.col("ledger_id").alias("_rp_id"), F.col("managed_ledger").alias("_replaced_in")
     )
     grouped = grouped.join(
