@@ -93,11 +93,11 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> int | None:
-    """Start ZooKeeper and moto unless something answers on their ports; returns ZooKeeper's pid when it is
+def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> tuple[int | None, int | None]:
+    """Start ZooKeeper and moto unless something answers on their ports; returns their pids when they are
     ours (started now, or by an earlier run and still running), else None."""
     state.mkdir(parents=True, exist_ok=True)
-    pid_file = state / "zk.pid"
+    pid_file, moto_pid_file = state / "zk.pid", state / "moto.pid"
     if not _port_open(zk_port):
         (state / "zk").mkdir(exist_ok=True)
         cfg = state / "zoo.cfg"
@@ -134,14 +134,16 @@ def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> int 
     if not _port_open(s3_port):
         argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)]
         with open(os.devnull, "wb") as devnull:
-            subprocess.Popen(argv, stdout=devnull, stderr=devnull, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=devnull, stderr=devnull, start_new_session=True)
+        moto_pid_file.write_text(str(proc.pid))
     deadline = time.monotonic() + 60
     while not (_port_open(zk_port) and _port_open(s3_port)):
         if time.monotonic() > deadline:
             raise SystemExit("ZooKeeper/moto did not start; see the logs in the state dir")
         time.sleep(0.3)
-    pid = int(pid_file.read_text()) if pid_file.exists() else None
-    return pid if pid is not None and _alive(pid) else None
+    pids = [int(f.read_text()) if f.exists() else None for f in (pid_file, moto_pid_file)]
+    zk_pid, moto_pid = (pid if pid is not None and _alive(pid) else None for pid in pids)
+    return zk_pid, moto_pid
 
 
 def s3_client(endpoint: str) -> Any:
@@ -288,6 +290,7 @@ class Servers:
     zookeeper: str
     s3_endpoint: str
     zk_pid: int | None
+    moto_pid: int | None
 
 
 def measure(entry: dict[str, Any], mode: str, out: Path, servers: Servers, spark: Any) -> dict[str, Any]:
@@ -312,6 +315,7 @@ def measure(entry: dict[str, Any], mode: str, out: Path, servers: Servers, spark
         master="local[2]",
     )
     jvm = spark.sparkContext._gateway.proc.pid
+    s3_cpu = _cpu_of(servers.moto_pid)
     packets, cpu, zk_cpu = (
         packets_received(servers.zookeeper),
         _cpu_of_this_process_and_its_waited_children(),
@@ -331,6 +335,7 @@ def measure(entry: dict[str, Any], mode: str, out: Path, servers: Servers, spark
     )
     reconcile_s = time.monotonic() - started
     reconcile_cpu = _cpu_of_this_process_and_its_waited_children() - cpu + _cpu_of(jvm) - jvm_cpu
+    s3_cpu = _cpu_of(servers.moto_pid) - s3_cpu
     truth = load_truth(Path(entry["state"]), entry["size"])
     got_bk = {
         r.ledger_id: r.ledger_component.value for r in result.requests if r.ledger_type is LedgerType.LEDGER
@@ -357,7 +362,11 @@ def measure(entry: dict[str, Any], mode: str, out: Path, servers: Servers, spark
         "extract_cpu_s": extract_cpu,
         "zk_server_cpu_s": zk_server_cpu,
         "reconcile_s": reconcile_s,
+        "reconcile_s_by_part": result.timings,
         "reconcile_cpu_s": reconcile_cpu,
+        # Waiting for S3: the bucket listing (extract) and the HEADs of the offload candidates' objects.
+        "s3_s": extracted.seconds[OFFLOAD_OBJECTS] + result.timings.get("reconcile_head_objects", 0.0),
+        "s3_server_cpu_s": s3_cpu if servers.moto_pid is not None else None,
         "load_average": os.getloadavg(),
     }
 
@@ -408,8 +417,11 @@ def render(rows: list[dict[str, Any]], spark_start_s: float) -> str:
         "exact",
         "= full",
         "extract s (CPU s)",
-        "ZK server CPU s",
         "reconcile s (CPU s)",
+        "total s",
+        "of it S3 s",
+        "ZK server CPU s",
+        "S3 server CPU s",
     ):
         table.add_column(col, justify="right")
     for r in rows:
@@ -425,10 +437,13 @@ def render(rows: list[dict[str, Any]], spark_start_s: float) -> str:
             "yes" if r["exact"] else "NO",
             "-" if r["same_candidates_as_full"] is None else ("yes" if same else "NO"),
             f"{r['extract_s']:.1f} ({r['extract_cpu_s']:.1f})",
-            f"{r['zk_server_cpu_s']:.1f}",
             f"{r['reconcile_s']:.1f} ({r['reconcile_cpu_s']:.1f})",
+            f"{r['extract_s'] + r['reconcile_s']:.1f}",
+            f"{r['s3_s']:.1f}",
+            f"{r['zk_server_cpu_s']:.1f}",
+            "-" if r["s3_server_cpu_s"] is None else f"{r['s3_server_cpu_s']:.1f}",
         )
-    console = Console(width=200, record=True)
+    console = Console(width=220, record=True)
     console.print(table)
     return console.export_text()
 
@@ -457,8 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out or default_out()
     out.mkdir(parents=True, exist_ok=True)
     print(f"results: {out}", flush=True)
-    zk_pid = start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
-    servers = Servers(f"127.0.0.1:{args.zk_port}", f"http://127.0.0.1:{args.s3_port}", zk_pid)
+    zk_pid, moto_pid = start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
+    servers = Servers(f"127.0.0.1:{args.zk_port}", f"http://127.0.0.1:{args.s3_port}", zk_pid, moto_pid)
     entries = []
     for size in sizes:
         entry = generate(state, size, servers.zookeeper, servers.s3_endpoint, args.regenerate)

@@ -242,7 +242,8 @@ def run(
             .select("bucket", "uuid", "ledger_id", "keys")
             .collect()
         ]
-        owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
+        with _stage(timings, "reconcile_head_objects"):  # S3 round trips, apart from Spark's work
+            owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
         owners = spark.createDataFrame(owners_rows, T.OFFLOAD_OWNERS_SCHEMA)
         progress.update(task, advance=1)
         findings = T.filter_tenant(T.attach_offload_owners(raw, owners, bk, refs), config.tenant)
