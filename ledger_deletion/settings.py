@@ -177,7 +177,7 @@ class Settings(BaseSettings):
         default="",
         title="a broker's admin REST URL, http://host:8080",
         description="Any broker's admin REST URL, e.g. http://broker:8080 (redirects to the owner broker are "
-        "followed); no default, needed by the pulsar pool and inflight.",
+        "followed); no default, needed by the workflow pool (its checks), the pulsar pool and inflight.",
     )
     pulsar_token: SecretStr | None = Field(
         default=None,
@@ -263,7 +263,7 @@ class Settings(BaseSettings):
         default="",
         title="ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]",
         description="ZooKeeper holding BookKeeper's ledger metadata, as host:port[,host:port][/chroot]; no "
-        "default, needed by the bookkeeper pool and reconcile.",
+        "default, needed by the workflow pool (its checks), the bookkeeper pool and reconcile.",
     )
     zookeeper_digest: SecretStr | None = Field(
         default=None, description="user:password for ZooKeeper digest authentication; unset: none."
