@@ -8,7 +8,7 @@ from ledger_deletion.settings import Settings
 # A step that makes one call to the admin API or to ZooKeeper ends within a few of that client's timeouts
 # (a redirect to the owner broker; a reconnect, then a get and a compare-and-delete), so it need not wait
 # out the timeout an offload delete of many objects needs: an attempt whose task or answer the server lost
-# is retried after this long instead (docs/performance.md, change 21).
+# is retried after this long instead.
 CLIENT_TIMEOUTS_PER_STEP = 3
 
 

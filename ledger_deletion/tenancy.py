@@ -1,4 +1,4 @@
-"""Per-namespace deletion topics (tenant isolation, seeds/001): which topics the settings name, and what a
+"""Per-namespace deletion topics (tenant isolation): which topics the settings name, and what a
 message on each may ask for.
 
 Only the broker writes the system deletion topic, so a request on it (or on one of its partitions) is taken as

@@ -1,6 +1,6 @@
 """Topics the pulsar pool consumes: the system deletion topic plus per-namespace ones (tenant isolation).
 
-PIP-186 has one system topic; the mailing-list discussion (seeds/001) asks that a tenant's deletions not
+PIP-186 has one system topic; its mailing-list discussion asks that a tenant's deletions not
 share a topic with everyone else's. We consume both: explicit per-namespace topics join the system topic in
 one multi-topic consumer, and regex patterns (Pulsar scopes each to one namespace) get a consumer each. The
 ingest loop sees one consumer either way.

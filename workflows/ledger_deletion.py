@@ -741,10 +741,9 @@ def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
     """Make the outcome searchable (``DeletionOutcome``, ``DeletionStep``).
 
     Written in the workflow task that completes the run, it goes into the close record the server writes
-    anyway; written in an earlier task, before the acks, it cost a visibility write of its own
-    (``bench/server_writes.py``, variants ``upsert-last`` and ``upsert``). The acks are bounded (three
-    attempts, a schedule-to-start timeout), so the outcome becomes searchable at most that much later; the
-    ``status`` query has it at once.
+    anyway; written in an earlier task, before the acks, it costs a visibility write of its own. The acks
+    are bounded (three attempts, a schedule-to-start timeout), so the outcome becomes searchable at most that
+    much later; the ``status`` query has it at once.
     """
     workflow.upsert_search_attributes(
         [

@@ -43,8 +43,8 @@ REPLAYED_FROM = "ledger-deletion.replayed-from"
 REPLAY_COUNT = "ledger-deletion.replay-count"
 ORIGIN_TOPIC = "ledger-deletion.origin-topic"  # set by the ingest (workers/ingest.py, _origin)
 # Failed steps of the ingest's own dead letters (workers/ingest.py). Only those set the origin topic
-# themselves, over whatever the message carried; the workflow's, before 2026-11-25, copied the sender's
-# properties, so an origin there may have been planted by the sender.
+# themselves, over whatever the message carried. An entry from anywhere else is not trusted with an origin:
+# its properties came from whoever wrote it, so an origin there may have been planted.
 INGEST_STEPS = frozenset({"decode", "decrypt", "tenant", "start", "ingest"})
 # An end-to-end encrypted message the ingest could not decrypt: its payload is ciphertext, and re-publishing
 # it (without the encryption metadata, which travels in properties) could only fail again, or, now and then,

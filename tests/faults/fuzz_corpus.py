@@ -1,7 +1,7 @@
 """A deterministic corpus of malformed and hostile deletion-request payloads (≥ 10,000).
 
 Generated in code from a fixed seed, so CI sends exactly the same bytes every time and a failure names a
-payload that can be reproduced with ``corpus()[index]``. Categories (issue 5 §3): truncated Avro, flipped
+payload that can be reproduced with ``corpus()[index]``. Categories: truncated Avro, flipped
 bytes, wrong types (other writer schemas), huge strings, negative / zero ids, unknown enum symbols, absurd
 offload contexts, non-UTF-8 names, path-traversal-like names, random bytes, trailing bytes, oversized.
 

@@ -1,6 +1,6 @@
 """One batch under one fault, then every promise of the service checked from outside.
 
-The promises (issue 5): a referenced or mismatching ledger is never deleted; every eligible ledger is
+The promises: a referenced or mismatching ledger is never deleted; every eligible ledger is
 deleted; every request ends acked or dead-lettered; no workflow is left running; nothing crashes on input.
 """
 

@@ -1,4 +1,4 @@
-"""Security review (issue 5 §4), checked in code.
+"""The security review's findings, checked in code.
 
 1. The admin token follows a redirect only within the cluster. Rule (``adapters/pulsar_admin.py``): only
    a 307 is followed, never from https to http, and only to the configured admin address, a host listed in

@@ -1,7 +1,7 @@
 """Every pool's worker keeps the configured number of task polls open; the ack worker, the pool's slots.
 
-The SDK's default of 5 left the Temporal server idle while polls travelled to a busy worker and back
-(docs/performance.md, change 15); the pools take theirs from the settings instead.
+The SDK's default of 5 leaves the Temporal server idle while polls travel to a busy worker and back; the
+pools take theirs from the settings instead.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def test_pollers_default_to_32_and_workflow_pollers_to_at_least_2() -> None:
 async def test_the_ack_worker_runs_as_many_acks_at_once_as_the_pulsar_pool(
     settings: Settings, temporal_client: Client
 ) -> None:
-    # Every deletion ends in an ack on the ingest's own queue. With 8 slots there, acks waited ~670 ms for a
-    # slot under a backlog against ~75 ms for every other step (docs/performance.md, change 20).
+    # Every deletion ends in an ack on the ingest's own queue: with fewer slots there than the pool has
+    # threads, acks queue for a slot under a backlog.
     custom = settings.with_overrides(
         pulsar_concurrency=23,
         topic=f"{settings.topic}-ack-slots",

@@ -43,7 +43,7 @@ async def test_per_namespace_topic_is_consumed_and_list_show_inflight_filter_by_
     observed: Observed, cluster: SimulatedCluster, cli_env: dict[str, str]
 ) -> None:
     tenant = observed.tenant_topic.split("://")[1].split("/")[0]
-    # The namespace's own deletion topic, not the system topic: tenant isolation (seeds/001). It takes
+    # The namespace's own deletion topic, not the system topic: tenant isolation. It takes
     # requests of its own namespace only.
     _, requests = orphan_requests(cluster, tenant, namespace=namespace_of_topic(observed.tenant_topic))
     with RequestPublisher(observed.settings.with_overrides(topic=observed.tenant_topic)) as publisher:

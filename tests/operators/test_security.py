@@ -1,4 +1,4 @@
-"""No secret ever reaches a log line, search attribute, span attribute, metric or dead letter (item 6).
+"""No secret ever reaches a log line, search attribute, span attribute, metric or dead letter.
 
 The pools run with every secret the embedded stack can accept: a Pulsar token (client and admin REST) and a
 ZooKeeper digest. A Temporal API key forces TLS, which the dev server does not speak, so it is checked at the

@@ -1,4 +1,4 @@
-"""Per-namespace deletion topics on the real broker (item 7): explicit topics and regex patterns."""
+"""Per-namespace deletion topics on the real broker: explicit topics and regex patterns."""
 
 from __future__ import annotations
 

@@ -84,7 +84,8 @@ def test_offload_request_rebuilds_the_context_from_the_key() -> None:
     assert request.context is not None and request.context.offload_context is not None
     ctx = request.context.offload_context
     assert offload_uuid(ctx.uid_msb, ctx.uid_lsb) == UUID
-    assert (ctx.uid_msb, ctx.uid_lsb) == (4551604436496895521, -6502338462329705636)  # reference §7 example
+    # The uuid's two halves as Pulsar stores them.
+    assert (ctx.uid_msb, ctx.uid_lsb) == (4551604436496895521, -6502338462329705636)
     assert ctx.driver_metadata is not None
     assert (ctx.driver_metadata.name, ctx.driver_metadata.properties) == ("aws-s3", {"bucket": "b"})
     wire = request_to_wire(request)

@@ -186,8 +186,8 @@ def test_an_undecrypted_entry_is_never_replayed() -> None:
 
 
 def test_an_origin_the_workflow_did_not_write_is_not_trusted() -> None:
-    """Before 2026-11-25 the workflow's dead letters copied the sender's properties: an origin topic there may
-    have been planted by the sender. Only the ingest's own steps set it themselves."""
+    """An entry the ingest did not dead-letter carries whatever properties its sender wrote: an origin topic
+    there may have been planted. Only the ingest's own steps set it themselves."""
     system = "persistent://pulsar/system/__ledger_deletion"
     planted = dead_letter_of(
         DeadLetterMessage(

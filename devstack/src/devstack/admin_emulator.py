@@ -3,7 +3,7 @@
 No Pulsar broker can run here (pulsar-lite has no admin API), so this small Flask app answers ``partitions``,
 ``internal-info`` and ``internalStats`` from the metadata a broker keeps in ZooKeeper (``/managed-ledgers``,
 ``/schemas``, ``/admin/partitioned-topics``, BK ledger znodes), with the response shapes of Pulsar's
-``PersistentTopics`` endpoints (reference: ``pulsar-bk-internals.md`` §6), errors included: a topic without
+``PersistentTopics`` endpoints (``PersistentTopicsBase`` in apache/pulsar), errors included: a topic without
 a managed ledger gets internal-info's bare 500 and the partitioned metadata's 404, as from a broker since
 2.8 (through 4.x). It plays two brokers: each topic is owned by ``brokers[crc32(full topic name) % 2]``, and
 the other broker answers ``internalStats`` (and a topic's ``stats``) with a 307 to the owner, as

@@ -799,26 +799,25 @@ def temporal_server_argv(port: int, ui_port: int, database: Path, *extra: str) -
         str(ui_port),
         "--db-filename",
         str(database),
-        # A file database at default pragmas runs ~13 workflows/s on two cores, ~30/s with these.
+        # A file database at default pragmas syncs on every commit; WAL with NORMAL sync keeps the dev
+        # server from being bound by fsync on a small machine.
         "--sqlite-pragma",
         "journal_mode=WAL",
         "--sqlite-pragma",
         "synchronous=NORMAL",
         # Checkpoint the WAL every ~40 MB instead of every 4 MB: the hot pages (executions, task
-        # queues) are written back once per checkpoint, not ten times. The server's I/O wait fell from
-        # ~14 % to ~4 % of its core under benchmark load (docs/performance.md). Same durability.
+        # queues) are written back once per checkpoint, not ten times. Same durability.
         "--sqlite-pragma",
         "wal_autocheckpoint=10000",
         # One partition per task queue instead of four: in a single-process server the extra partitions
-        # only forward tasks and polls to each other (2-5 forwards per workflow, docs/performance.md).
-        # Without them the server spends ~5 % less CPU per workflow.
+        # only forward tasks and polls to each other, which costs CPU and adds nothing.
         "--dynamic-config-value",
         "matching.numTaskqueueReadPartitions=1",
         "--dynamic-config-value",
         "matching.numTaskqueueWritePartitions=1",
         # Cache the namespace's search attributes, as a production server does. Left unset, start-dev
         # re-reads them from the database on every use (so attributes added at run time work at once):
-        # ~3 % of the server's CPU per workflow here (docs/performance.md, change 17). The stack registers its
+        # a database read per use for nothing. The stack registers its
         # attributes at start and waits for a late addition to be visible (_ensure_search_attributes).
         "--dynamic-config-value",
         "system.forceSearchAttributesCacheRefreshOnRead=false",
