@@ -7,27 +7,37 @@ ids, so sessions and tests never see each other's messages or ledgers.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import os
 import random
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
-from temporalio.service import RPCError
+from temporalio.client import Client
 
 from devstack.stack import Stack, StackEndpoints
 from devstack.stack import default_state_dir as _default_state_dir
-from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from workers.pools import RunningPools, run_pools
+from tests.helpers import running_pools
+from workers.pools import RunningPools
+
+# Variables of the dev stack and of the tests themselves (state directories, screenshots), not settings of
+# the service: kept.
+_KEPT_VARIABLES = frozenset({"LEDGER_DELETION_UI_SCREENSHOTS"})
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_from_the_shell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's shell (``eval "$(ledger-deletion stack env)"``, a Temporal profile for another cluster)
+    must not change what a test runs against: every test builds its settings explicitly."""
+    for name in list(os.environ):
+        kept = name in _KEPT_VARIABLES or name.endswith("_STACK_DIR")
+        if name.startswith(("LEDGER_DELETION_", "TEMPORAL_")) and not kept:
+            monkeypatch.delenv(name)
 
 
 @pytest.fixture(scope="session")
@@ -76,32 +86,6 @@ async def service(settings: Settings, temporal_client: Client) -> AsyncIterator[
         yield running
 
 
-@contextlib.asynccontextmanager
-async def running_pools(
-    settings: Settings, client: Client, pools: tuple[str, ...] = ("all",)
-) -> AsyncIterator[RunningPools]:
-    stop = asyncio.Event()
-    started: asyncio.Future[RunningPools] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(run_pools(pools, settings, stop, client=client, started=started))
-    done, _ = await asyncio.wait([started, task], timeout=60, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        task.result()  # raises the start-up error
-    try:
-        yield started.result()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, timeout=60)
-
-
-async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> None:
-    """Until the process holds no received-but-unacked message; fails after ``timeout`` seconds."""
-    assert running.ingestor is not None
-    deadline = time.monotonic() + timeout
-    while len(running.ingestor.pending) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
-
-
 @pytest.fixture(scope="session")
 def publisher(settings: Settings) -> Iterator[RequestPublisher]:
     with RequestPublisher(settings) as publisher:
@@ -133,20 +117,3 @@ def new_ledger_id() -> Any:
         return next(_long_ids) if long else next(_ids)
 
     return allocate
-
-
-async def wait_for_result(client: Client, workflow_id: str, timeout: float = 90) -> DeletionResult:
-    """The result of the (latest run of the) workflow, waiting for it to be started by the ingest loop."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        try:
-            handle = client.get_workflow_handle(workflow_id, result_type=DeletionResult)
-            return await asyncio.wait_for(
-                handle.result(), timeout=max(1.0, deadline - asyncio.get_running_loop().time())
-            )
-        except RPCError:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.3)
-        except WorkflowFailureError:
-            raise

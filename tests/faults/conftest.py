@@ -8,10 +8,7 @@ own deletion topic and task queues, so a test only ever sees its own messages an
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +27,8 @@ from devstack.stack import (
     StackPorts,
     default_state_dir,
 )
-from ledger_deletion.settings import POOLS, Settings
+from ledger_deletion.settings import Settings
+from tests.faults.helpers import make_fault_settings, started_pools
 
 # Below the ephemeral port range, apart from the default stack (1xxxx) and the soak (25xxx).
 FAULT_PORTS = StackPorts(
@@ -80,33 +78,6 @@ def s3_proxy(fault_endpoints: StackEndpoints) -> Iterator[S3FaultProxy]:
     proxy.stop()
 
 
-def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Settings:
-    """A fresh topic and task queues; the service reaches S3 through the fault proxy."""
-    run = uuid.uuid4().hex[:8]
-    proxy.heal()
-    proxy.come_back()
-    return endpoints.settings(
-        s3_endpoint=proxy.url,
-        # The offload driver metadata the cluster writes names moto itself: the proxy is the same store.
-        s3_endpoint_aliases=endpoints.s3_endpoint,
-        topic=f"persistent://pulsar/system/__ledger_deletion_fault_{run}",
-        task_queue_prefix=f"ld-fault-{run}",
-        # Retries outlast every fault these tests inject (≤ ~15 s): a transient fault must end in deletion,
-        # never in the dead-letter topic.
-        max_attempts=12,
-        retry_initial_seconds=0.3,
-        retry_max_interval_seconds=3.0,
-        activity_timeout_seconds=20,
-        zookeeper_timeout_seconds=5,
-        in_use_rechecks=3,
-        in_use_recheck_seconds=1.5,
-        ack_schedule_to_start_seconds=4,
-        # pulsar-lite can stop feeding a consumer part-way through a big backlog: a fresh one soon takes over.
-        ingest_resubscribe_idle_seconds=3,
-        shutdown_grace_seconds=2,
-    )
-
-
 @pytest.fixture
 def fault_settings(fault_endpoints: StackEndpoints, s3_proxy: S3FaultProxy) -> Settings:
     """Per-test topic and task queues."""
@@ -141,24 +112,6 @@ def fault_s3(fault_endpoints: StackEndpoints) -> Any:
 def cluster(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> SimulatedCluster:
     # No cleanup: the private stack belongs to these tests, and what a test leaves behind is evidence.
     return SimulatedCluster(fault_zk, fault_s3, bucket=fault_endpoints.offload_bucket)
-
-
-@contextlib.asynccontextmanager
-async def started_pools(
-    settings: Settings, fault_stack: Stack, pools: tuple[str, ...] = POOLS, log_name: str = ""
-) -> AsyncIterator[PoolSet]:
-    """Pool processes (killable with SIGKILL) on ``settings``' topic and queues, stopped on exit."""
-    pool_set = PoolSet(
-        settings,
-        fault_stack.state_dir / "logs" / (log_name or settings.task_queue_prefix),
-        pools=pools,
-        extra_env={**DUMMY_AWS_CREDENTIALS, "AWS_DEFAULT_REGION": S3_REGION},
-    )
-    await asyncio.to_thread(pool_set.start)
-    try:
-        yield pool_set
-    finally:
-        await asyncio.to_thread(pool_set.stop)
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ from ledger_deletion.formats.avro import decode_request
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools
 from tests.faults.fuzz_corpus import corpus
+from tests.helpers import running_pools
 
 pytestmark = pytest.mark.stack
 

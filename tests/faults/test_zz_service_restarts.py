@@ -16,8 +16,8 @@ from temporalio.client import Client
 from devstack.cluster import SimulatedCluster
 from devstack.faults import ServiceControl
 from ledger_deletion.settings import Settings
-from tests.conftest import running_pools
 from tests.faults.support import run_batch
+from tests.helpers import running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.settings import Settings
-from tests.conftest import running_pools
+from tests.helpers import running_pools
 from tests.operators.helpers import eventually
 
 pytestmark = pytest.mark.stack

@@ -31,7 +31,7 @@ from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools, wait_for_result
+from tests.helpers import running_pools, wait_for_result
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

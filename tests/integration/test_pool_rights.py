@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore
 from ledger_deletion.settings import Settings
-from tests.conftest import running_pools
+from tests.helpers import running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -24,18 +23,8 @@ from ledger_deletion.observability import metrics, tracing
 from ledger_deletion.observability.setup import interceptors
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools
-from workers.pools import RunningPools
-
-
-@dataclass
-class Observed:
-    settings: Settings
-    client: Client
-    running: RunningPools
-    spans: InMemorySpanExporter
-    metrics_url: str
-    tenant_topic: str
+from tests.helpers import running_pools
+from tests.operators.helpers import Observed
 
 
 @pytest.fixture(scope="session")

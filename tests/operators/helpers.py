@@ -6,14 +6,28 @@ import asyncio
 import re
 import time
 import uuid
+from dataclasses import dataclass
 
 import httpx
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.request import PendingDeleteLedgerInfo
-from tests.conftest import wait_for_result
+from ledger_deletion.settings import Settings
+from tests.helpers import wait_for_result
+from workers.pools import RunningPools
+
+
+@dataclass
+class Observed:
+    settings: Settings
+    client: Client
+    running: RunningPools
+    spans: InMemorySpanExporter
+    metrics_url: str
+    tenant_topic: str
 
 
 def orphan_requests(

@@ -22,9 +22,8 @@ from ledger_deletion.observability.setup import interceptors
 from ledger_deletion.ops.dlq import read_dead_letters
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.conftest import running_pools
-from tests.operators.conftest import Observed
-from tests.operators.helpers import eventually, orphan_requests, results_of, scrape
+from tests.helpers import running_pools
+from tests.operators.helpers import Observed, eventually, orphan_requests, results_of, scrape
 
 pytestmark = pytest.mark.stack
 

@@ -20,8 +20,7 @@ from devstack.cluster import SimulatedCluster
 from devstack.stack import StackEndpoints
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.submit import RequestPublisher
-from tests.operators.conftest import Observed
-from tests.operators.helpers import orphan_requests, results_of
+from tests.operators.helpers import Observed, orphan_requests, results_of
 
 pytestmark = pytest.mark.stack
 
