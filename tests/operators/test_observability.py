@@ -114,7 +114,8 @@ async def test_a_joined_request_counts_for_its_own_tenant(
         assert metric_value(text, completed, tenant=intruder, outcome="ALREADY_DELETED") == 1
         assert metric_value(text, "ledger_deletion_bk_ledgers_deleted_total", tenant=owner) == 1
         assert metric_value(text, "ledger_deletion_bk_ledgers_deleted_total", tenant=intruder) == 0
-        verified = {"step": "verify_bk_metadata", "pool": "bookkeeper"}
+        # The checks run as local activities, in the workflow pool (workflows/ledger_deletion.py).
+        verified = {"step": "verify_bk_metadata", "pool": "workflow"}
         steps = "ledger_deletion_step_duration_seconds_count"
         assert metric_value(text, steps, tenant=intruder, **verified) == 1
         # The owner's: the first round, and again once its owner let go (the store's listing of the first
