@@ -138,9 +138,19 @@ class ClusterPlan:
 
 
 class _Ids:
-    def __init__(self, first: int, first_long: int) -> None:
-        self._next = first
-        self._next_long = first_long
+    """Ledger ids as BookKeeper hands them out, with the first ``reserve`` of each range kept for orphans.
+
+    An orphan is a ledger its topic let go of (trimmed, a cursor or schema switched away from it), so its id
+    is older than every ledger the topic still lists. The service keeps a request for a ledger newer than
+    every listed one (a rollover in progress writes the store after it creates the ledger), so orphans drawn
+    after the live ledgers would be kept, not deleted, which no real trim produces.
+    """
+
+    def __init__(self, first: int, first_long: int, reserve: int) -> None:
+        self._orphan, self._orphan_floor = first + reserve, first
+        self._orphan_long, self._orphan_long_floor = first_long + reserve, first_long
+        self._next = first + reserve
+        self._next_long = first_long + reserve
 
     def new(self) -> int:
         self._next += 1
@@ -149,6 +159,19 @@ class _Ids:
     def new_long(self) -> int:
         self._next_long += 1
         return self._next_long - 1
+
+    def old(self) -> int:
+        """An orphan's id: below every live one."""
+        if self._orphan == self._orphan_floor:
+            raise ValueError("more orphans than the range reserved for them")
+        self._orphan -= 1
+        return self._orphan
+
+    def old_long(self) -> int:
+        if self._orphan_long == self._orphan_long_floor:
+            raise ValueError("more orphans than the range reserved for them")
+        self._orphan_long -= 1
+        return self._orphan_long
 
 
 @dataclass
@@ -166,7 +189,7 @@ class _Planner:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.rnd = random.Random(spec.seed)
-        self.ids = _Ids(spec.first_ledger_id, spec.first_long_ledger_id)
+        self.ids = _Ids(spec.first_ledger_id, spec.first_long_ledger_id, _orphan_count(spec) + 16)
         self.plan = ClusterPlan()
         self.now_ms = spec.now_ms or int(time.time() * 1000)
         self.topics: list[_Topic] = []
@@ -316,7 +339,7 @@ class _Planner:
     # -- orphans ---------------------------------------------------------------------------------------
     def orphan_data(self, *, long: bool = False, version: int = 3, state: str = "CLOSED") -> None:
         topic = self.rnd.choice(self.topics)
-        ledger_id = self.ids.new_long() if long else self.ids.new()
+        ledger_id = self.ids.old_long() if long else self.ids.old()
         self.ledger(ledger_id, managed_ledger_custom_metadata(topic.ml_name), state=state, version=version)
         self.plan.truth.bk_candidates[ledger_id] = "MANAGED_LEDGER"
         if state == "OPEN":
@@ -324,12 +347,12 @@ class _Planner:
 
     def orphan_cursor(self) -> None:
         topic = self.rnd.choice(self.topics)
-        ledger_id = self.ledger(self.ids.new(), cursor_custom_metadata(topic.ml_name, "my-subscription"))
+        ledger_id = self.ledger(self.ids.old(), cursor_custom_metadata(topic.ml_name, "my-subscription"))
         self.plan.truth.bk_candidates[ledger_id] = "MANAGED_CURSOR"
 
     def orphan_schema(self) -> None:
         schema_id = self.rnd.choice(self.schema_ids)
-        ledger_id = self.ledger(self.ids.new(), schema_custom_metadata(schema_id))
+        ledger_id = self.ledger(self.ids.old(), schema_custom_metadata(schema_id))
         self.plan.truth.bk_candidates[ledger_id] = "SCHEMA_STORAGE"
 
     def orphan_compacted(self) -> None:
@@ -374,7 +397,7 @@ class _Planner:
     def orphan_offload(self, ml_name: str | None = None, *, with_bk_copy: bool = False) -> None:
         """Objects of a ledger trimmed away (BK znode gone, S3 delete failed)."""
         topic_ml = ml_name or self.rnd.choice(self.topics).ml_name
-        ledger_id = self.ids.new()
+        ledger_id = self.ids.old()
         off_uuid = self.uuid()
         self.objects_for(ledger_object_keys(off_uuid, ledger_id), topic_ml)
         self.plan.truth.offload_candidates.add((off_uuid, ledger_id))
@@ -422,7 +445,7 @@ class _Planner:
         are that topic's and would skip the request, so they are report-only (``objects-untagged``); the BK
         ledger itself is an ordinary candidate."""
         topic = self.rnd.choice(self.topics)
-        ledger_id = self.ids.new()
+        ledger_id = self.ids.old()
         keys = ledger_object_keys(self.uuid(), ledger_id)
         self.objects_for(keys, None)
         self.plan.truth.report_only_objects.update(keys)
@@ -459,11 +482,15 @@ class _Planner:
             self.plan.truth.excluded_ledgers[ledger_id] = "unparseable-metadata"
 
 
+def _orphan_count(spec: ClusterSpec) -> int:
+    return max(12, int(spec.ledgers * spec.orphan_fraction))
+
+
 def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     """Build the whole cluster in memory (deterministic for a given spec)."""
     p = _Planner(spec)
     rnd = p.rnd
-    n_orphans = max(12, int(spec.ledgers * spec.orphan_fraction))
+    n_orphans = _orphan_count(spec)
     n_foreign = max(4, int(spec.ledgers * spec.foreign_fraction))
     live_budget = max(1, spec.ledgers - n_orphans - n_foreign)
     namespaces = [(t, f"ns-{n}") for t in spec.tenants for n in range(spec.namespaces_per_tenant)]
