@@ -53,6 +53,17 @@ TEMPORAL_SCALER_PARAMETERS = {
     "minConnectTimeout",
     "unsafeSsl",
 }
+# KEDA's pulsar scaler parameters (keda.sh/docs/2.17/scalers/pulsar).
+PULSAR_SCALER_PARAMETERS = {
+    "adminURL",
+    "topic",
+    "subscription",
+    "isPartitionedTopic",
+    "msgBacklogThreshold",
+    "activationMsgBacklogThreshold",
+    "authModes",
+    "unsafeSsl",
+}
 # Set on the Spark driver only, read by pyspark's launcher and Kubernetes' $(VAR) expansion, not the service.
 SPARK_DRIVER_VARIABLES = {"PYSPARK_SUBMIT_ARGS", "SPARK_CONF_DIR", "POD_NAME", "POD_IP", "POD_NAMESPACE"}
 
@@ -137,10 +148,15 @@ def test_built_in_resources_are_valid_against_the_kubernetes_schemas(overlay: st
 
 
 def crd_model(kind: str) -> Any:
-    from cloudcoil.models.keda.v1alpha1 import ScaledObject
+    from cloudcoil.models.keda.v1alpha1 import ScaledObject, TriggerAuthentication
     from cloudcoil.models.prometheus_operator.v1 import PodMonitor, PrometheusRule
 
-    return {"ScaledObject": ScaledObject, "PodMonitor": PodMonitor, "PrometheusRule": PrometheusRule}[kind]
+    return {
+        "ScaledObject": ScaledObject,
+        "TriggerAuthentication": TriggerAuthentication,
+        "PodMonitor": PodMonitor,
+        "PrometheusRule": PrometheusRule,
+    }[kind]
 
 
 def crd_round_trip(resource: dict[str, Any]) -> dict[str, Any]:
@@ -359,8 +375,10 @@ def test_keda_scales_each_pool_on_its_own_task_queue() -> None:
         ]
         assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
         assert scaled["spec"]["minReplicaCount"] >= 1, "never scaled to zero"
-        (trigger,) = scaled["spec"]["triggers"]
-        assert trigger["type"] == "temporal"
+        triggers = {t["type"]: t for t in scaled["spec"]["triggers"]}
+        # The pulsar pool also scales on the deletion topic's backlog (test below).
+        assert set(triggers) == ({"temporal", "pulsar"} if pool == "pulsar" else {"temporal"}), pool
+        trigger = triggers["temporal"]
         metadata = trigger["metadata"]
         assert set(metadata) <= TEMPORAL_SCALER_PARAMETERS
         assert metadata["taskQueue"] == configured.task_queue(pool)
@@ -373,6 +391,28 @@ def test_keda_scales_each_pool_on_its_own_task_queue() -> None:
             and settings_env("production")["TEMPORAL_ADDRESS"]
         )
     assert not of_kind("dev", "ScaledObject")
+
+
+@pytest.mark.parametrize("overlay", ["production", "production-tls"])
+def test_keda_scales_the_pulsar_pool_on_the_deletion_topics_backlog(overlay: str) -> None:
+    """The pulsar trigger reads the subscription the pool consumes, from the admin URL the pods use."""
+    configured = settings(overlay)
+    (scaled,) = [s for s in of_kind(overlay, "ScaledObject") if s["metadata"]["name"].endswith("-pulsar")]
+    (trigger,) = [t for t in scaled["spec"]["triggers"] if t["type"] == "pulsar"]
+    metadata = trigger["metadata"]
+    assert set(metadata) <= PULSAR_SCALER_PARAMETERS
+    assert metadata["adminURL"] == configured.pulsar_admin_url
+    assert metadata["topic"] == configured.topic
+    assert metadata["subscription"] == configured.subscription
+    (auth,) = [
+        a
+        for a in of_kind(overlay, "TriggerAuthentication")
+        if a["metadata"]["name"] == trigger["authenticationRef"]["name"]
+    ]
+    parameters = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
+    assert parameters["bearerToken"]["name"] == "pulsar-token-admin"
+    # Over TLS the scaler trusts the CA the pods trust.
+    assert ("ca" in parameters) == metadata["adminURL"].startswith("https://")
 
 
 def test_the_pod_monitor_scrapes_both_metrics_ports_of_every_pool() -> None:
