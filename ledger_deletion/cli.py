@@ -23,7 +23,8 @@ app = typer.Typer(
     name="ledger-deletion",
     help=(
         "Durable two-phase deletion of orphaned Apache Pulsar ledgers (the consumer side of PIP-186), "
-        "orchestrated by Temporal. Settings come from the environment (see README). Where the dev stack "
+        "orchestrated by Temporal. Settings come from the environment (LEDGER_DELETION_*, listed in "
+        "docs/settings.md). Where the dev stack "
         "(ledger-deletion-devstack) is installed, `stack`, `demo` and `soak` run the service on loopback."
     ),
     no_args_is_help=True,

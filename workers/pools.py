@@ -161,8 +161,8 @@ async def run_pools(
             messaging_activities = MessagingActivities(pending, dead_letters)
             host("pulsar", [messaging_activities.publish_dead_letter], settings.pulsar_concurrency)
             running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
-            # Every deletion ends with an ack here; with fewer slots than the pool has activity threads the
-            # acks queue for a slot under a backlog (8 slots: ~670 ms each; docs/performance.md, change 20).
+            # Every deletion ends with an ack here: as many slots as the pool has activity threads, or under a
+            # backlog the acks queue for a slot behind the dead letters and hold their messages unacked.
             hosted[running.ack_queue] = _Hosted(
                 activities=[messaging_activities.ack_messages], concurrency=settings.pulsar_concurrency
             )
