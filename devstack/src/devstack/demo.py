@@ -2,8 +2,11 @@
 
 1. bring the stack up (installs what is missing); 2. write a small Pulsar cluster into ZooKeeper and S3;
 3. start every pool; 4. trim the cluster the way PIP-186's mark phase does (publish, then update metadata);
-5. wait until every request is done and acked; 6. print each ledger's fate, check storage, and point at the
-Temporal UI. Exit code 0 only when every outcome and every byte of storage is as expected.
+5. wait until every request is done and acked; 6. print each ledger's fate and check storage; 7. on a cluster
+of its own, start a watcher beside a pool set and have a simulated broker trim ledgers whose BookKeeper delete
+fails: the watcher requests that orphan, the service deletes it, no scan runs (:mod:`devstack.demo_watch`);
+8. point at the Temporal UI. Exit code 0 only when every outcome, every byte of storage and every fact of the
+watcher's step is as expected.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from devstack.cluster import SimulatedCluster
+from devstack.demo_watch import run_watch_step
 from devstack.scenario import Scenario, build_and_mark
 from devstack.stack import Stack, default_state_dir
 from ledger_deletion.contracts import DeletionResult, Outcome
@@ -84,7 +88,8 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
 
     console.rule("[bold]3. a Pulsar cluster, trimmed the PIP-186 way")
     zk = endpoints.zookeeper_client()
-    namespace = f"demo/run-{time.strftime('%H%M%S')}"
+    stamp = time.strftime("%H%M%S")
+    namespace, watch_namespace = f"demo/run-{stamp}", f"demo/watch-{stamp}"
     try:
         cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
         with RequestPublisher(settings) as publisher:
@@ -119,12 +124,17 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}"
         )
         console.print(f"messages left unacked: {unacked}")
-        query = quote(f'PulsarNamespace="{namespace}"')
+
+        console.rule("[bold]6. an orphan no one asked to delete, caught by the watcher (no scan)")
+        watched = await run_watch_step(
+            console, client, endpoints, settings, watch_namespace, cluster.new_ledger_ids
+        )
+        query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
         console.print(
             f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
             f"{settings.temporal_namespace}/workflows?query={query}"
         )
-        ok = not problems and not wrong and unacked == 0 and dead >= len(scenario.garbage)
+        ok = not problems and not wrong and unacked == 0 and dead >= len(scenario.garbage) and watched
         console.print(
             "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
         )
