@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from ledger_deletion.ops.cli import Output, OutputOption
-from ledger_deletion.settings import POOLS, TEMPORAL, WATCH_ENDPOINTS, load_settings, pool_endpoints
+from ledger_deletion.settings import (
+    POOLS,
+    TEMPORAL,
+    WATCH_ENDPOINTS,
+    load_settings,
+    pool_deletes,
+    pool_endpoints,
+)
 
 app = typer.Typer(
     name="ledger-deletion",
@@ -86,7 +93,7 @@ def worker(
 
     names = sorted({p.value for p in pool})
     pools = list(POOLS) if "all" in names else names
-    run_worker(pools, load_settings(require=pool_endpoints(pools)))
+    run_worker(pools, load_settings(require=pool_endpoints(pools), deletes=pool_deletes(pools)))
 
 
 @app.command()
@@ -167,7 +174,7 @@ def watch() -> None:
     """
     from workers.watcher import main as run_watcher
 
-    run_watcher(load_settings(require=WATCH_ENDPOINTS))
+    run_watcher(load_settings(require=WATCH_ENDPOINTS, deletes=()))  # it only reads, and publishes requests
 
 
 COMMANDS_GROUP = "ledger_deletion.commands"
