@@ -3,9 +3,11 @@ that deletes no ledger refuses to start holding the login that may (docs/securit
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -129,3 +131,64 @@ def test_a_reading_process_holding_the_deleting_login_does_not_start(command: tu
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("error: credentials this process must not hold: ")
     assert "LEDGER_DELETION_ZOOKEEPER_DIGEST" in done.stderr and "delete-secret" not in done.stderr
+
+
+# --- which client takes which login, read from the code ----------------------------------------------------
+
+PRODUCT = ("ledger_deletion", "workflows", "activities", "workers", "reconcile")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _calls() -> list[tuple[str, ast.Call]]:
+    found = []
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call):
+                    found.append((str(path.relative_to(ROOT)), node))
+    return found
+
+
+def _name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+
+
+def _deletes(call: ast.Call) -> bool:
+    return any(
+        k.arg == "deletes" and isinstance(k.value, ast.Constant) and k.value.value for k in call.keywords
+    )
+
+
+def test_only_the_bookkeeper_pools_ledger_store_asks_for_the_deleting_login() -> None:
+    calls = _calls()
+    stores = [(path, call) for path, call in calls if _name(call) == "LedgerStore"]
+    assert [path for path, _ in stores] == ["workers/pools.py"]
+    (store,) = (call for _, call in stores)
+    # Its digest and its SASL/TLS, both the deleting identity's.
+    assert sorted(_name(arg) for arg in store.args if isinstance(arg, ast.Call) and _deletes(arg)) == [
+        "zookeeper_digest",
+        "zookeeper_security",
+    ]
+    login_calls = [(p, c) for p, c in calls if _name(c) in ("zookeeper_digest", "zookeeper_security")]
+    assert len(login_calls) > 10  # the readers' clients: workflow pool, watcher, reconcile
+    deleting = [c for _, c in login_calls if _deletes(c)]
+    assert len(deleting) == 2 and all(any(c is arg for arg in store.args) for c in deleting)
+
+
+def test_no_client_reads_the_deleting_login_but_through_connections() -> None:
+    """``settings.zookeeper_digest_value`` and ``_sasl_value`` are the deleter's: only
+    ``ledger_deletion.connections`` (and the readers' fall-back in settings) may pick them."""
+    for package in PRODUCT:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            if relative in ("ledger_deletion/connections.py", "ledger_deletion/settings.py"):
+                continue
+            text = path.read_text()
+            for attribute in (
+                "zookeeper_digest_value",
+                "zookeeper_sasl_value",
+                "zookeeper_digest.",
+                "zookeeper_sasl.",
+            ):
+                assert f"settings.{attribute}" not in text, (relative, attribute)
