@@ -356,6 +356,18 @@ def test_the_readers_take_the_reading_logins(overlay: str) -> None:
             assert refs[variable].startswith("ledger-deletion-reader"), (name, variable)
 
 
+def test_production_gives_each_side_its_own_s3_role() -> None:
+    """IRSA: the deleter's role (deploy/iam/offload-deleter.json) only on the offload pool's account."""
+    role = {
+        account["metadata"]["name"]: account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        for account in of_kind("production", "ServiceAccount")
+    }
+    assert role[DELETER] != role["ledger-deletion-reader"]
+    assert role["ledger-deletion-spark"] == role["ledger-deletion-reader"]  # reconcile's driver reads S3
+    accounts = {pod_spec(w).get("serviceAccountName") for w in workloads("production")}
+    assert accounts == {"ledger-deletion-reader", DELETER, "ledger-deletion-spark"}
+
+
 def test_the_check_catches_a_reader_given_the_deleters_secret_or_login() -> None:
     workflow = named("production", "Deployment", "ledger-deletion-workflow")
     assert not deleting_credentials("production", workflow)
