@@ -1,6 +1,7 @@
 """ZooKeeper's ACLs enforce least privilege (docs/security.md): on a private ZooKeeper whose znodes carry the
 digest ACLs that page prescribes, the reading identity does every check the workflow pool and the watcher do
-through the service's own adapters, and is refused a ledger delete; the deleting identity deletes.
+through the service's own adapters, and is refused a ledger delete; the deleting identity deletes. The same
+with SASL logins on a ZooKeeper that requires them.
 
 ZooKeeper checks DELETE on the *parent* of the znode being deleted (PrepRequestProcessor, OpCode.delete:
 ``checkACL(..., parentRecord.acl, ZooDefs.Perms.DELETE, ...)``; the Programmer's Guide: "DELETE: you can
@@ -15,9 +16,15 @@ from collections.abc import Iterator
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.security import ACL, make_digest_acl
+from kazoo.security import ACL, make_acl, make_digest_acl
 
-from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore, kazoo_client
+from ledger_deletion.adapters.zookeeper import (
+    LedgerReader,
+    LedgerStore,
+    PulsarMetadataStore,
+    ZooKeeperSecurity,
+    kazoo_client,
+)
 from ledger_deletion.connections import zookeeper_digest, zookeeper_security
 from ledger_deletion.errors import AuthorizationError
 from ledger_deletion.formats.bk_paths import ledger_path
@@ -238,3 +245,56 @@ def test_without_a_login_nothing_is_readable(
             ledgers.read(4713)
     finally:
         ledgers.close()
+
+
+# --- SASL: the same split, with sasl:<user> ids ----------------------------------------------------------
+
+
+def _sasl_grants(*, deleter_deletes: bool) -> list[ACL]:
+    return [
+        make_acl("sasl", ADMIN[0], all=True),
+        make_acl("sasl", READER[0], read=True),
+        make_acl("sasl", DELETER[0], read=True, delete=deleter_deletes),
+    ]
+
+
+@pytest.fixture(scope="module")
+def sasl_acl_zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateZooKeeper]:
+    users = dict([ADMIN, READER, DELETER])
+    with private_zookeeper(tmp_path_factory.mktemp("zk-sasl-acl"), sasl_users=users) as zookeeper:
+        zk = kazoo_client(zookeeper.hosts, 10, security=ZooKeeperSecurity(sasl=":".join(ADMIN)))
+        zk.start(timeout=10)
+        try:
+            zk.create(ROOT, b"", acl=_sasl_grants(deleter_deletes=True))
+            parent = ledger_path(4711, ROOT).rsplit("/", 1)[0]  # L4711 and L4712 share it
+            zk.create(parent.rsplit("/", 1)[0], b"", acl=_sasl_grants(deleter_deletes=True))
+            zk.create(parent, b"", acl=_sasl_grants(deleter_deletes=True))
+            for ledger_id in (4711, 4712):
+                zk.create(ledger_path(ledger_id, ROOT), METADATA, acl=_sasl_grants(deleter_deletes=False))
+        finally:
+            zk.stop()
+            zk.close()
+        yield zookeeper
+
+
+def test_with_sasl_logins_the_reader_is_refused_and_the_deleter_deletes(
+    sasl_acl_zookeeper: PrivateZooKeeper, clean_env: pytest.MonkeyPatch
+) -> None:
+    settings = _settings(
+        clean_env,
+        sasl_acl_zookeeper,
+        LEDGER_DELETION_ZOOKEEPER_READ_SASL=":".join(READER),
+        LEDGER_DELETION_ZOOKEEPER_SASL=":".join(DELETER),
+    )
+    reader, deleter = _store(settings, deletes=False), _store(settings, deletes=True)
+    try:
+        found = reader.read(4711)
+        assert found is not None and found.data == METADATA
+        with pytest.raises(AuthorizationError, match="NoAuth"):
+            reader.delete(4711, found.version)
+        assert deleter.delete(4711, found.version) is True
+        assert deleter.read(4711) is None
+        assert reader.read(4712) is not None  # its sibling, and so the shared parent, are still there
+    finally:
+        reader.close()
+        deleter.close()
