@@ -129,15 +129,37 @@ class Watch:
         self._stale = stale_seconds
         # Replaced whole, never mutated: activity threads read it while the event loop writes it.
         self._last: tuple[SwitchState, float] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one refresh() runs on
 
     def check(self) -> None:
-        """Raise unless deletes may run now (called by each delete activity, from its thread)."""
+        """Raise unless deletes may run now (called by each delete activity, from its thread).
+
+        A delete is refused only on a fresh read: ``ledger-deletion resume`` signals the waiting runs right
+        after it turns the switch off, and a run that came back before this process's next look would
+        otherwise be refused again and wait for its backstop. Only refused deletes read it (one call each).
+        """
         last = self._last
         if last is None or time.monotonic() - last[1] > self._stale:
             seen = "never" if last is None else f"{time.monotonic() - last[1]:.0f} s ago"
             raise PauseStateUnknown(f"the kill switch was last read {seen}: nothing is deleted until it is")
         if last[0].paused:
-            raise DeletionPaused(last[0].note or "paused")
+            state = self._read_now() or last[0]
+            if state.paused:
+                raise DeletionPaused(state.note or "paused")
+
+    def _read_now(self) -> SwitchState | None:
+        """The switch read now, from an activity thread on the watch's loop; None when it cannot be."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is loop:
+                return None  # on the loop itself: blocking on it would deadlock
+        try:
+            return asyncio.run_coroutine_threadsafe(self.refresh(), loop).result(timeout=self._every + 5)
+        except Exception as exc:  # unreadable now: the last read stands (paused)
+            log.warning("kill switch unreadable: %s: %s", type(exc).__name__, exc)
+            return None
 
     @property
     def paused(self) -> bool | None:
@@ -149,6 +171,7 @@ class Watch:
         return None if self._last is None else time.monotonic() - self._last[1]
 
     async def refresh(self) -> SwitchState:
+        self._loop = asyncio.get_running_loop()
         state = await self._read()
         was = self.paused
         self._last = (state, time.monotonic())
