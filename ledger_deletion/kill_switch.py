@@ -11,9 +11,8 @@ raises :class:`DeletionPaused`, which the workflow waits out, visibly (``Deletio
 lately (Temporal out of reach), it raises :class:`PauseStateUnknown`, retried, so a process cut off from
 Temporal cannot miss a pause. A run that is not paused pays nothing: no event, no call in its path.
 
-Other ways were weighed on Temporal Server 1.32 (docs/design.md, "The kill switch"): a task-queue rate limit
-of 0 on the deleting queues kept dispatching (3 of 5 activity tasks started within 6 s), and waiting runs
-would not know they wait; the activity pause API pauses one execution, not the ones scheduled after it.
+Why a Schedule rather than a task-queue rate limit or Temporal's activity pause: docs/design.md, "The kill
+switch".
 """
 
 from __future__ import annotations
