@@ -93,6 +93,13 @@ async def pause(client: Client, switch_id: str, reason: str, who: str) -> Switch
     return await read(client, switch_id)
 
 
+async def ensure(client: Client, switch_id: str, who: str) -> None:
+    """Create the switch, off, unless it exists: a deleting process does at start, so that the switch is on
+    the Temporal UI's Schedules page (and ``temporal schedule toggle`` finds it) before anyone has paused."""
+    with contextlib.suppress(ScheduleAlreadyRunningError):
+        await client.create_schedule(switch_id, _schedule(switch_id, paused=False, text=note("created", who)))
+
+
 async def resume(client: Client, switch_id: str, who: str) -> SwitchState:
     """Turn the switch off (nothing to do when it was never created)."""
     handle: ScheduleHandle = client.get_schedule_handle(switch_id)

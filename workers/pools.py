@@ -314,6 +314,9 @@ async def _kill_switch(
         settings.kill_switch_stale_seconds,
     )
     try:
+        await kill_switch.ensure(
+            client, settings.kill_switch_id, f"the {pools} pool of {kill_switch.operator()}"
+        )
         log.info("kill switch %s: %s", settings.kill_switch_id, (await watch.refresh()).describe())
     except Exception as exc:  # Temporal not there yet: deletes wait (PauseStateUnknown) until it is read
         log.warning("kill switch %s unreadable at start: %s", settings.kill_switch_id, exc)

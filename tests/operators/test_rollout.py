@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -247,4 +251,28 @@ async def test_deletes_paused_before_the_process_starts_wait_from_the_first_requ
         await cli("resume")
         done = await results(temporal_client, requests, Mode.LIVE)
         assert time.monotonic() - started < 60  # by the signal, not the 300 s backstop
+    assert {r.outcome for r in done.values()} == {Outcome.DELETED}
+
+
+async def test_the_switch_flipped_without_the_cli_holds_and_releases_deletes(
+    own: Settings, temporal_client: Client, cluster: SimulatedCluster
+) -> None:
+    """The deleting pools create the switch (off) at start, so an operator can flip it with Temporal's own
+    tools (``temporal schedule toggle``, or Pause in the UI's Schedules page); no resume signal comes then,
+    and the waiting runs find the switch off at their next backstop look."""
+    temporal = shutil.which("temporal", path=str(Path(sys.executable).parent))
+    assert temporal is not None
+    toggle = [temporal, "schedule", "toggle", "--address", own.temporal_address]
+    toggle += ["--schedule-id", own.kill_switch_id]
+    tenant = f"toggled-{uuid.uuid4().hex[:6]}"
+    _, requests = orphan_requests(cluster, tenant, offloaded=False)
+    async with running_pools(own.with_overrides(pause_recheck_seconds=1), temporal_client):
+        await asyncio.to_thread(subprocess.run, [*toggle, "--pause", "--reason", "incident 7"], check=True)
+        assert (await cli_json("pause", "--show"))["note"] == "incident 7"
+        await asyncio.sleep(2 * own.kill_switch_seconds)
+        publish(own, requests)
+        await eventually(lambda: _waiting(temporal_client, requests), timeout=60)
+        assert all(still_there(cluster, r) for r in requests)
+        await asyncio.to_thread(subprocess.run, [*toggle, "--unpause"], check=True)
+        done = await results(temporal_client, requests, Mode.LIVE)
     assert {r.outcome for r in done.values()} == {Outcome.DELETED}
