@@ -511,7 +511,21 @@ class Ingestor:
         step: str,
         workflow_id: str = "",
     ) -> None:
-        """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed."""
+        """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed.
+
+        A shadow process only acks it (on its own subscription): the live deployment reads the same message
+        on the live subscription and dead-letters it then, so publishing here too would put it in the
+        dead-letter topic twice, and a replay would send it twice.
+        """
+        if self.mode is Mode.SHADOW:
+            self.stats.dead_lettered += 1
+            log.info("shadow: message %s (%s) not dead-lettered, left to live mode: %s", key, step, reason)
+            self.pending.mark_dead_lettered(key)
+            try:
+                await asyncio.to_thread(self.pending.ack, [key])
+            except MessagingUnavailable as exc:
+                log.warning("ack of %s failed (%s); the sweeper retries it", key, exc)
+            return
         properties = dead_letter_properties(
             reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
         )

@@ -100,10 +100,16 @@ async def test_shadow_decides_deletes_nothing_and_leaves_every_request_to_live_m
     assert {r.ledger_type for r in requests} == {LedgerType.LEDGER, LedgerType.OFFLOAD_LEDGER}
     shadow = own.with_overrides(mode=Mode.SHADOW)
 
-    async with running_pools(shadow, temporal_client):
+    garbage = b"\x00\xffnot avro " + uuid.uuid4().hex.encode()
+    async with running_pools(shadow, temporal_client) as running:
         # The shadow process made the live subscription too (keep_live_subscription) before this publish.
         publish(own, requests)
+        with RequestPublisher(own) as publisher:
+            publisher.publish_raw(garbage)
         decided = await results(temporal_client, requests, Mode.SHADOW)
+        await wait_until_all_acked(running)
+    # Undecodable, but left for live mode to dead-letter: a shadow process publishes no dead letter.
+    assert read_dead_letters(own) == []
     assert all(i.startswith("ledger-deletion-shadow/") for i in decided)
     assert {r.outcome for r in decided.values()} == {Outcome.WOULD_DELETE}, decided
     for result in decided.values():
@@ -136,8 +142,11 @@ async def test_shadow_decides_deletes_nothing_and_leaves_every_request_to_live_m
     assert "would delete" in table and namespace in table
 
     # Switched to live: every request is still on the live subscription, and exactly these are deleted.
-    async with running_pools(own, temporal_client):
+    async with running_pools(own, temporal_client) as running:
         deleted = await results(temporal_client, requests, Mode.LIVE)
+        await wait_until_all_acked(running)
+    (letter,) = read_dead_letters(own)
+    assert letter.failed_step == "decode"  # the garbage, dead-lettered once, by live mode
     assert {r.outcome for r in deleted.values()} == {Outcome.DELETED}, deleted
     assert not any(still_there(cluster, r) for r in requests)
     by_ledger = {(r.ledger_type, r.ledger_id): r for r in deleted.values()}
