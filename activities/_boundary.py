@@ -9,7 +9,7 @@ from typing import ParamSpec, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from ledger_deletion.errors import LedgerDeletionError, PermanentError
+from ledger_deletion.errors import DeletionPaused, LedgerDeletionError, PermanentError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -19,7 +19,8 @@ def translate_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Turn a ``LedgerDeletionError`` into an ``ApplicationError`` Temporal understands.
 
     The error type is the class name (what operators see and what retry policies match), permanent errors
-    are non-retryable, and the attempt number travels in the details so a dead letter can report it.
+    are non-retryable, and so is a pause (the workflow waits for resume instead of Temporal retrying), and
+    the attempt number travels in the details so a dead letter can report it.
     """
 
     @functools.wraps(fn)
@@ -31,7 +32,7 @@ def translate_errors(fn: Callable[P, R]) -> Callable[P, R]:
                 str(exc),
                 {"attempt": activity.info().attempt},
                 type=type(exc).__name__,
-                non_retryable=isinstance(exc, PermanentError),
+                non_retryable=isinstance(exc, (PermanentError, DeletionPaused)),
             ) from exc
 
     return wrapper

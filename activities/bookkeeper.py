@@ -286,14 +286,20 @@ class BookKeeperReadActivities:
 
 
 class BookKeeperDeleteActivities:
-    """The one step that changes BookKeeper's metadata: the compare-and-delete of a verified ledger znode."""
+    """The one step that changes BookKeeper's metadata: the compare-and-delete of a verified ledger znode.
 
-    def __init__(self, store: LedgerStore) -> None:
+    ``may_delete`` raises when deletes must not run now: the kill switch is on (``DeletionPaused``) or was not
+    read lately (``PauseStateUnknown``); the pools pass their ``kill_switch.Watch.check``.
+    """
+
+    def __init__(self, store: LedgerStore, may_delete: Callable[[], None] = lambda: None) -> None:
         self._store = store
+        self._may_delete = may_delete
 
     @activity.defn(name="delete_bk_ledger")
     @translate_errors
     def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
+        self._may_delete()  # before anything: a paused delete changes nothing
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
         if deleted is None and activity.info().attempt > 1:
             # An earlier attempt failed while or after sending its delete (connection lost, timed out), and

@@ -1,15 +1,17 @@
-"""Activity that deletes an offloaded ledger's objects from tiered storage and confirms they are gone."""
+"""Activities on an offloaded ledger's objects in tiered storage: delete them and confirm they are gone, or,
+in shadow mode, find what that delete would remove (HEAD only)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
 from temporalio import activity
 
 from activities._boundary import translate_errors
 from ledger_deletion.adapters.object_store import ObjectStore
-from ledger_deletion.contracts import DeleteOffloadInput, DeleteOffloadResult, Outcome
+from ledger_deletion.contracts import DeleteOffloadInput, DeleteOffloadResult, InspectOffloadResult, Outcome
 from ledger_deletion.errors import (
     ConfigurationError,
     DeletionNotConfirmed,
@@ -30,15 +32,23 @@ S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
 
 
 class OffloadActivities:
-    def __init__(self, store: ObjectStore, default_bucket: str, endpoint_aliases: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        default_bucket: str,
+        endpoint_aliases: Iterable[str] = (),
+        may_delete: Callable[[], None] = lambda: None,
+    ) -> None:
         """``endpoint_aliases``: other URLs of ``store``'s endpoint that driver metadata may name
-        (``LEDGER_DELETION_S3_ENDPOINT_ALIASES``).
+        (``LEDGER_DELETION_S3_ENDPOINT_ALIASES``). ``may_delete`` raises when deletes must not run now (the
+        kill switch, as ``BookKeeperDeleteActivities`` takes it).
 
         Raises:
             ConfigurationError: the store's endpoint or an alias is not an http(s) URL.
         """
         self._store = store
         self._default_bucket = default_bucket
+        self._may_delete = may_delete
         try:
             self._location = ObjectStoreLocation(store.endpoint_url, store.region, tuple(endpoint_aliases))
         except ValueError as exc:
@@ -47,47 +57,79 @@ class OffloadActivities:
     @activity.defn(name="delete_offload_segment")
     @translate_errors
     def delete_offload_segment(self, inp: DeleteOffloadInput) -> DeleteOffloadResult:
-        targets = self._targets(inp.context, inp.ledger_id)
-        offload = inp.context.offload_context
-        assert offload is not None  # _targets refuses a context without one
-        if offload.offload_segment:
-            return _refuse_segments(offload)
-        existing: dict[str, list[str]] = defaultdict(list)
-        versioned: set[tuple[str, str]] = set()  # objects whose bytes a delete keeps as a noncurrent version
-        for bucket, key in targets:
-            head = self._store.head(bucket, key)
-            if head is None:
-                continue
-            if head.versioned:
-                versioned.add((bucket, key))
-            problem = _ownership_problem(head.metadata, inp.managed_ledger_name, object_role(key))
-            if problem:
-                # Nothing is deleted, not even the objects that did match: the pair goes or stays together.
-                reason = f"s3://{bucket}/{key} {problem}; nothing deleted"
-                return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=reason)
-            existing[bucket].append(key)
-        # HEAD answers a bare 404 for a missing bucket too: before a bucket's keys count as deleted, make sure
-        # the bucket is really there (a wrong bucket or endpoint raises BucketNotFound, and the request is
-        # dead-lettered instead of acked with its objects left behind).
-        for bucket in dict.fromkeys(b for b, _ in targets):
-            if bucket not in existing:
-                self._store.require_bucket(bucket)
-        if not existing:
+        self._may_delete()  # before anything: a paused delete changes nothing
+        found = self._find(inp)
+        if found.refused:
+            return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=found.refused)
+        if not found.existing:
             return DeleteOffloadResult(Outcome.ALREADY_DELETED, reason="no offloaded objects left")
         markers: set[tuple[str, str]] = set()
-        for bucket, keys in existing.items():
+        for bucket, keys in found.existing.items():
             markers.update((bucket, key) for key in self._store.delete(bucket, keys))
         # Confirm: some S3 implementations have been seen to accept DeleteObjects and keep the objects.
         still_there = [
-            f"s3://{b}/{k}" for b, keys in existing.items() for k in keys if self._store.head(b, k)
+            f"s3://{b}/{k}" for b, keys in found.existing.items() for k in keys if self._store.head(b, k)
         ]
         if still_there:
             raise DeletionNotConfirmed(f"still present after delete: {', '.join(still_there[:4])}")
         return DeleteOffloadResult(
             Outcome.DELETED,
-            deleted_keys=[f"s3://{b}/{k}" for b, keys in existing.items() for k in keys],
-            reason=_versions_kept(markers & versioned),
+            deleted_keys=found.urls,
+            reason=_versions_kept(markers & found.versioned),
+            bytes=found.bytes,
         )
+
+    @activity.defn(name="inspect_offload_segment")
+    @translate_errors
+    def inspect_offload_segment(self, inp: DeleteOffloadInput) -> InspectOffloadResult:
+        """Shadow mode's stand-in for ``delete_offload_segment``: what it would delete now, found by the
+        same checks (driver, store, owner tags, bucket) with HEAD alone. Never asks the kill switch: it
+        changes nothing."""
+        found = self._find(inp)
+        if found.refused:
+            return InspectOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=found.refused)
+        if not found.existing:
+            return InspectOffloadResult(Outcome.ALREADY_DELETED, reason="no offloaded objects left")
+        kept = (
+            f"; {len(found.versioned)} would keep their bytes as noncurrent versions (versioned bucket)"
+            if found.versioned
+            else ""
+        )
+        return InspectOffloadResult(
+            Outcome.WOULD_DELETE,
+            keys=found.urls,
+            bytes=found.bytes,
+            reason=f"would delete {len(found.urls)} object(s), {found.bytes} bytes by HEAD{kept}",
+        )
+
+    def _find(self, inp: DeleteOffloadInput) -> _Found:
+        """The request's objects as they are now, and whether they may be deleted (``refused`` says why
+        not). Raises for a driver or store this service cannot delete from, and for a missing bucket."""
+        targets = self._targets(inp.context, inp.ledger_id)
+        offload = inp.context.offload_context
+        assert offload is not None  # _targets refuses a context without one
+        if offload.offload_segment:
+            return _Found(refused=_segments_refused(offload))
+        found = _Found()
+        for bucket, key in targets:
+            head = self._store.head(bucket, key)
+            if head is None:
+                continue
+            if head.versioned:
+                found.versioned.add((bucket, key))
+            problem = _ownership_problem(head.metadata, inp.managed_ledger_name, object_role(key))
+            if problem:
+                # Nothing is deleted, not even the objects that did match: the pair goes or stays together.
+                return _Found(refused=f"s3://{bucket}/{key} {problem}; nothing deleted")
+            found.existing[bucket].append(key)
+            found.bytes += head.size
+        # HEAD answers a bare 404 for a missing bucket too: before a bucket's keys count as deleted, make sure
+        # the bucket is really there (a wrong bucket or endpoint raises BucketNotFound, and the request is
+        # dead-lettered instead of acked with its objects left behind).
+        for bucket in dict.fromkeys(b for b, _ in targets):
+            if bucket not in found.existing:
+                self._store.require_bucket(bucket)
+        return found
 
     def _targets(self, context: LedgerInfo, ledger_id: int) -> list[tuple[str, str]]:
         offload = context.offload_context
@@ -158,7 +200,21 @@ def _ownership_problem(metadata: Mapping[str, str], managed_ledger_name: str, ro
     return ""
 
 
-def _refuse_segments(offload: OffloadContext) -> DeleteOffloadResult:
+@dataclass
+class _Found:
+    """An offload's objects as HEAD finds them, by bucket; or why none of them may be deleted."""
+
+    existing: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    versioned: set[tuple[str, str]] = field(default_factory=set)  # a delete keeps their bytes
+    bytes: int = 0
+    refused: str = ""  # SKIPPED_METADATA_MISMATCH's reason
+
+    @property
+    def urls(self) -> list[str]:
+        return [f"s3://{b}/{k}" for b, keys in self.existing.items() for k in keys]
+
+
+def _segments_refused(offload: OffloadContext) -> str:
     """Streaming-offload (PIP-76) segments are never deleted for one ledger.
 
     A segment's object pair (``<uuid>``, ``<uuid>-index``) holds the entries of every ledger written while it
@@ -166,8 +222,7 @@ def _refuse_segments(offload: OffloadContext) -> DeleteOffloadResult:
     are deleted, which one request cannot show. The streaming offloader also writes no ManagedLedgerName or
     role on these objects, so nothing in them could prove the request right either.
     """
-    return DeleteOffloadResult(
-        Outcome.SKIPPED_METADATA_MISMATCH,
-        reason=f"offloadContext lists {len(offload.offload_segment)} streaming-offload segment(s) (PIP-76); "
-        "a segment can hold entries of other ledgers, so none of its objects is deleted for one ledger",
+    return (
+        f"offloadContext lists {len(offload.offload_segment)} streaming-offload segment(s) (PIP-76); a "
+        "segment can hold entries of other ledgers, so none of its objects is deleted for one ledger"
     )

@@ -13,7 +13,7 @@ from temporalio import activity
 
 from activities._boundary import translate_errors
 from ledger_deletion.adapters.object_store import ObjectStore
-from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
+from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore
 from ledger_deletion.errors import ConfigurationError, MetadataFormatError
 from ledger_deletion.formats.managed_ledger import (
     parse_managed_cursor_info,
@@ -41,7 +41,7 @@ class Publisher(Protocol):
 class SuspectActivities:
     def __init__(
         self,
-        ledgers: LedgerStore,
+        ledgers: LedgerReader,
         pulsar_metadata: PulsarMetadataStore,
         publisher: Publisher,
         objects: ObjectStore | None,

@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from ledger_deletion.ops.cli import Output, OutputOption
-from ledger_deletion.settings import POOLS, TEMPORAL, WATCH_ENDPOINTS, load_settings, pool_endpoints
+from ledger_deletion.settings import (
+    POOLS,
+    TEMPORAL,
+    WATCH_ENDPOINTS,
+    load_settings,
+    pool_deletes,
+    pool_endpoints,
+)
 
 app = typer.Typer(
     name="ledger-deletion",
@@ -61,6 +68,11 @@ def _main(
     """Durable two-phase deletion of orphaned Apache Pulsar ledgers."""
 
 
+class RunMode(StrEnum):
+    live = "live"
+    shadow = "shadow"
+
+
 class Pool(StrEnum):
     workflow = "workflow"
     pulsar = "pulsar"
@@ -75,19 +87,28 @@ def worker(
         list[Pool],
         typer.Option("--pool", "-p", help="Pool(s) to run in this process; repeat the option, or 'all'."),
     ] = [Pool.all],  # noqa: B006 - typer needs a literal default for list options
+    mode: Annotated[
+        RunMode | None,
+        typer.Option(
+            help="shadow: decide every request and delete nothing (WOULD_DELETE), on a subscription and task "
+            "queues of its own; live: delete. Default: LEDGER_DELETION_MODE (live)."
+        ),
+    ] = None,
 ) -> None:
     """Run worker pools until SIGTERM/SIGINT.
 
     workflow: runs LedgerDeletionWorkflow. pulsar: consumes the deletion topic (Shared subscription), asks
     the admin API, acks, dead-letters. bookkeeper: verifies and deletes ledger znodes in ZooKeeper.
     offload: deletes offloaded objects in S3. Each pool is one Temporal task queue; run one process per
-    pool to scale them independently.
+    pool to scale them independently. Rolling it out (shadow, canary, pause): docs/rollout.md.
     """
+    from ledger_deletion.contracts import Mode
     from workers.main import main as run_worker
 
     names = sorted({p.value for p in pool})
     pools = list(POOLS) if "all" in names else names
-    run_worker(pools, load_settings(require=pool_endpoints(pools)))
+    chosen = {"mode": Mode(mode.value)} if mode else {}  # with_overrides does not validate: the enum itself
+    run_worker(pools, load_settings(require=pool_endpoints(pools), deletes=pool_deletes(pools), **chosen))
 
 
 @app.command()
@@ -168,7 +189,7 @@ def watch() -> None:
     """
     from workers.watcher import main as run_watcher
 
-    run_watcher(load_settings(require=WATCH_ENDPOINTS))
+    run_watcher(load_settings(require=WATCH_ENDPOINTS, deletes=()))  # it only reads, and publishes requests
 
 
 COMMANDS_GROUP = "ledger_deletion.commands"

@@ -101,17 +101,71 @@ def pulsar_problems(settings: Settings) -> list[str]:
 # --- ZooKeeper ---------------------------------------------------------------------------------------------
 
 
-def zookeeper_security(settings: Settings, *, pulsar_metadata: bool = False) -> ZooKeeperSecurity:
-    """SASL and TLS of BookKeeper's ZooKeeper, or with ``pulsar_metadata`` of Pulsar's metadata store (its
-    own SASL credentials, else BookKeeper's; the same TLS)."""
+# Which login each ZooKeeper client uses. Reading and deleting are two identities, so that ZooKeeper's own
+# ACLs can refuse a reader's delete (docs/security.md); Pulsar's metadata store is only ever read.
+#   deletes=True:         the bookkeeper pool's LedgerStore: LEDGER_DELETION_ZOOKEEPER_DIGEST / _SASL;
+#   (default):            every LedgerReader and ledger scan: LEDGER_DELETION_ZOOKEEPER_READ_DIGEST / _SASL;
+#   pulsar_metadata=True: Pulsar's metadata store: LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER_DIGEST / _SASL,
+#                         else the reader's.
+
+
+def zookeeper_digest(
+    settings: Settings, *, pulsar_metadata: bool = False, deletes: bool = False
+) -> str | None:
+    """The digest login (``user:password``) of a ZooKeeper client, chosen as :func:`zookeeper_security`."""
+    if pulsar_metadata:
+        return settings.pulsar_metadata_digest_value
+    return settings.zookeeper_digest_value if deletes else settings.zookeeper_read_digest_value
+
+
+def zookeeper_security(
+    settings: Settings, *, pulsar_metadata: bool = False, deletes: bool = False
+) -> ZooKeeperSecurity:
+    """SASL and TLS of a client of BookKeeper's ZooKeeper: the reading identity's login, or with ``deletes``
+    the deleting identity's; with ``pulsar_metadata`` of Pulsar's metadata store (its own login, else the
+    reading identity's). TLS is the same for all."""
+    if pulsar_metadata:
+        sasl = settings.pulsar_metadata_sasl_value
+    else:
+        sasl = settings.zookeeper_sasl_value if deletes else settings.zookeeper_read_sasl_value
     return ZooKeeperSecurity(
-        sasl=settings.pulsar_metadata_sasl_value if pulsar_metadata else settings.zookeeper_sasl_value,
+        sasl=sasl,
         tls=settings.zookeeper_tls,
         ca_file=settings.zookeeper_tls_ca_file,
         cert_file=settings.zookeeper_tls_cert_file,
         key_file=settings.zookeeper_tls_key_file,
         verify_hostname=settings.zookeeper_tls_verify_hostname,
     )
+
+
+# Every ZooKeeper login (user:password each), and the deleting ones with the reading one a process that
+# deletes nothing takes instead.
+LOGINS = (
+    "zookeeper_digest",
+    "zookeeper_sasl",
+    "zookeeper_read_digest",
+    "zookeeper_read_sasl",
+    "pulsar_metadata_zookeeper_digest",
+    "pulsar_metadata_zookeeper_sasl",
+)
+DELETING_LOGINS = {"zookeeper_digest": "zookeeper_read_digest", "zookeeper_sasl": "zookeeper_read_sasl"}
+
+
+def delete_credential_problems(settings: Settings, deletes: Iterable[str]) -> list[str]:
+    """The deleting logins a process that deletes only in ``deletes`` holds anyway.
+
+    A process that runs no bookkeeper pool never deletes a ledger, so holding the login that may is all risk:
+    a bug or an intruder there could use it, and scaling the deleting pools to zero would no longer stop every
+    delete. Mounting the deleters' secret into a reader's pod is the mistake this catches.
+    """
+    if "zookeeper" in set(deletes):
+        return []
+    return [
+        f"{env_name(name)} is the ZooKeeper login that deletes ledgers, and this process deletes none (only "
+        f"the bookkeeper pool does): give it {env_name(reader)} instead, or leave it out"
+        for name, reader in DELETING_LOGINS.items()
+        if getattr(settings, name) is not None
+    ]
 
 
 def zookeeper_problems(settings: Settings) -> list[str]:
@@ -128,12 +182,12 @@ def zookeeper_problems(settings: Settings) -> list[str]:
             f"{env_name('zookeeper_tls')} is off while ZooKeeper TLS files are set: set it to true (and "
             "name ZooKeeper's secureClientPort)"
         )
-    for name in ("zookeeper_sasl", "pulsar_metadata_zookeeper_sasl"):
+    for name in LOGINS:
         secret = getattr(settings, name)
         if secret is not None and ":" not in secret.get_secret_value():
             problems.append(f"{env_name(name)}: not user:password")
     # kazoo's SASL needs pure-sasl, and says so only when it connects.
-    sasl = settings.zookeeper_sasl_value or settings.pulsar_metadata_sasl_value
+    sasl = any(getattr(settings, name) for name in LOGINS if name.endswith("_sasl"))
     if sasl and importlib.util.find_spec("puresasl") is None:
         problems.append(f"{env_name('zookeeper_sasl')}: the pure-sasl package is not installed")
     return problems

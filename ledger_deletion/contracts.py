@@ -16,6 +16,14 @@ from enum import StrEnum
 from ledger_deletion.request import LedgerInfo, PendingDeleteLedgerInfo
 
 
+class Mode(StrEnum):
+    """What a run may do: ``live`` deletes what every check allows; ``shadow`` makes the same decision on the
+    same checks and deletes nothing, recording what it would have done (``WOULD_DELETE`` and its evidence)."""
+
+    LIVE = "live"
+    SHADOW = "shadow"
+
+
 class Outcome(StrEnum):
     """How a deletion request ended. Every outcome is acked."""
 
@@ -25,6 +33,10 @@ class Outcome(StrEnum):
     SKIPPED_METADATA_MISMATCH = "SKIPPED_METADATA_MISMATCH"
     SKIPPED_NOT_PULSAR = "SKIPPED_NOT_PULSAR"
     DEAD_LETTERED = "DEAD_LETTERED"
+    # Shadow runs only: what a live run would have reached where it changes something. The other outcomes
+    # mean the same in both modes (nothing is touched for them).
+    WOULD_DELETE = "WOULD_DELETE"
+    WOULD_DEAD_LETTER = "WOULD_DEAD_LETTER"
 
 
 class Step(StrEnum):
@@ -39,6 +51,10 @@ class Step(StrEnum):
     CHECK_OFFLOAD_LISTED = "check_offload_listed"
     DELETE_BK_LEDGER = "delete_bk_ledger"
     DELETE_OFFLOAD_SEGMENT = "delete_offload_segment"
+    # Shadow's read-only stand-in for delete_offload_segment: the same ownership checks, HEAD only.
+    INSPECT_OFFLOAD_SEGMENT = "inspect_offload_segment"
+    # A destructive step refused by the kill switch (``ledger-deletion pause``): the run waits for resume.
+    PAUSED = "paused"
     PUBLISH_DEAD_LETTER = "publish_dead_letter"
     ACK_MESSAGES = "ack_messages"
     DONE = "done"
@@ -75,6 +91,13 @@ class DeletionPolicy:
     # a timer costs one action too, and survives a worker restart. So the short backoffs (1, 2, 4, 8 s) stay
     # in the task, and the long ones of a system that is down become timers.
     local_retry_threshold_seconds: float = 10.0
+    # BookKeeper's ledgers root: a shadow run names the znode it would delete.
+    bk_ledgers_root: str = "/ledgers"
+    # A run whose delete the kill switch refused waits for the ``resume`` signal, and looks again after this
+    # long in case the signal never comes (the switch flipped back in the Temporal UI, not by the CLI),
+    # doubling up to ``pause_recheck_max_seconds``: each look costs about a dozen history events.
+    pause_recheck_seconds: float = 30.0
+    pause_recheck_max_seconds: float = 600.0
 
     def retry_for(self, step: Step) -> RetrySpec:
         return self.step_retry.get(step.value, self.default_retry)
@@ -101,6 +124,10 @@ class MessageRef:
     # Read from the system topic, which only the broker writes. Past the run's limit of joined decisions,
     # such a request is still decided: a tenant flooding one ledger id cannot push the broker's out.
     from_system_topic: bool = False
+    # Received by a live process for a request outside its live allow-list (or on its deny-list): the run,
+    # in shadow, decides it, then dead-letters it with this reason before acking it, so that it can be
+    # replayed once the list is widened. Empty for every other message.
+    replay_reason: str = ""
 
 
 # --- workflow ---------------------------------------------------------------------------------------------
@@ -113,6 +140,7 @@ class DeletionInput:
     # The message that started this run, carried in the start rather than signalled (one event fewer per
     # deletion, and the start can be eager). Later messages for the same ledger join by signal.
     first_message: MessageRef
+    mode: Mode = Mode.LIVE
 
 
 @dataclass(frozen=True)
@@ -125,6 +153,11 @@ class Decision:
     reason: str = ""
     failed_step: str = ""
     deleted_keys: list[str] = field(default_factory=list)
+    # WOULD_DELETE: the znode path or the s3:// keys a live run would delete.
+    would_delete_keys: list[str] = field(default_factory=list)
+    # Bytes freed (DELETED) or that would be (WOULD_DELETE): the BookKeeper metadata's ``length``, or the
+    # objects' sizes from HEAD; 0 where nothing says.
+    bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +176,11 @@ class DeletionResult:
     decisions: list[Decision] = field(default_factory=list)
     # Joined requests past the workflow's MAX_JOINED_DECISIONS: dead-lettered undecided (step ``join``).
     joined_dead_lettered: int = 0
+    mode: Mode = Mode.LIVE
+    would_delete_keys: list[str] = field(default_factory=list)
+    bytes: int = 0
+    # Requests dead-lettered for replay once the live allow-list is widened (``MessageRef.replay_reason``).
+    kept_for_replay: int = 0
 
 
 @dataclass(frozen=True)
@@ -303,6 +341,17 @@ class DeleteOffloadInput:
 class DeleteOffloadResult:
     outcome: Outcome  # DELETED | ALREADY_DELETED | SKIPPED_METADATA_MISMATCH
     deleted_keys: list[str] = field(default_factory=list)
+    reason: str = ""
+    bytes: int = 0  # the deleted objects' sizes, from HEAD
+
+
+@dataclass(frozen=True)
+class InspectOffloadResult:
+    """What ``delete_offload_segment`` would do now, found with the same checks and HEAD alone."""
+
+    outcome: Outcome  # WOULD_DELETE | ALREADY_DELETED | SKIPPED_METADATA_MISMATCH
+    keys: list[str] = field(default_factory=list)  # s3://bucket/key of each object it would delete
+    bytes: int = 0
     reason: str = ""
 
 

@@ -15,7 +15,9 @@ decides retryability in exactly one place::
     │   ├── DeletionNotConfirmed       objects still visible after DeleteObjects
     │   ├── BucketNotFound             offload bucket not at the configured S3 endpoint / region
     │   ├── LedgersRootNotFound        the configured ledgers root is not BookKeeper's (no LAYOUT)
-    │   └── PulsarMetadataNotFound     the configured store holds no Pulsar metadata (schema locators)
+    │   ├── PulsarMetadataNotFound     the configured store holds no Pulsar metadata (schema locators)
+    │   └── PauseStateUnknown          a deleting process has not read the kill switch lately
+    ├── DeletionPaused                 the kill switch is on: not retried, the workflow waits for resume
     └── PermanentError                 never retried: the request goes to the dead-letter topic
         ├── InvalidRequestError        a message that cannot be a valid PendingDeleteLedgerInfo
         ├── MetadataFormatError        bytes that are not the format they claim to be
@@ -95,6 +97,17 @@ class PulsarMetadataNotFound(TransientError):
     ledger would be deleted unchecked. Retried like a missing bucket: a redeploy with the right setting lets
     the waiting retries succeed; otherwise the request lands in the dead-letter topic, nothing deleted.
     """
+
+
+class PauseStateUnknown(TransientError):
+    """A deleting process could not read the kill switch (``ledger-deletion pause``) recently enough to know
+    it is off, so it deletes nothing: a process cut off from Temporal must not miss a pause. Retried."""
+
+
+class DeletionPaused(LedgerDeletionError):
+    """The kill switch is on: a delete refused at its start. Neither retried by Temporal nor dead-lettered:
+    the workflow waits, visibly (``DeletionStep=paused``), until ``ledger-deletion resume``. The message is
+    the switch's note (who paused, when, why)."""
 
 
 class PermanentError(LedgerDeletionError):

@@ -38,6 +38,8 @@ def deletion_policy(settings: Settings) -> DeletionPolicy:
         min_ledger_age_seconds=settings.min_ledger_age_seconds,
         ack_schedule_to_start_seconds=settings.ack_schedule_to_start_seconds,
         step_timeout_seconds=step_timeouts(settings),
+        bk_ledgers_root=settings.bk_ledgers_root,
+        pause_recheck_seconds=settings.pause_recheck_seconds,
     )
 
 

@@ -16,6 +16,11 @@ PULSAR_TENANT = SearchAttributeKey.for_keyword("PulsarTenant")
 PULSAR_NAMESPACE = SearchAttributeKey.for_keyword("PulsarNamespace")
 DELETION_STEP = SearchAttributeKey.for_keyword("DeletionStep")
 DELETION_OUTCOME = SearchAttributeKey.for_keyword("DeletionOutcome")
+# ``live`` or ``shadow`` (contracts.Mode), set at start: shadow runs also have their own workflow id prefix.
+DELETION_MODE = SearchAttributeKey.for_keyword("DeletionMode")
+# Bytes freed (DELETED) or that would be (WOULD_DELETE), written with the outcome: what ``ledger-deletion
+# report`` adds up per namespace without reading any history.
+DELETION_BYTES = SearchAttributeKey.for_int("DeletionBytes")
 
 ALL: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
     LEDGER_ID,
@@ -26,6 +31,8 @@ ALL: tuple[SearchAttributeKey, ...] = (  # type: ignore[type-arg]
     PULSAR_NAMESPACE,
     DELETION_STEP,
     DELETION_OUTCOME,
+    DELETION_MODE,
+    DELETION_BYTES,
 )
 
 

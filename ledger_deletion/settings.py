@@ -23,9 +23,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ledger_deletion.contracts import Step
+from ledger_deletion.contracts import Mode, Step
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.formats.offload_keys import normalise_endpoint
+from ledger_deletion.rollout import LiveScope, parse_scope_entries
 
 DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
@@ -44,6 +45,10 @@ POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
 }
 # ``ledger-deletion watch``: Temporal, Pulsar's metadata and BookKeeper's ledgers, and the deletion topic.
 WATCH_ENDPOINTS = (*TEMPORAL, "zookeeper", "pulsar_url")
+# The stores a pool deletes in. Only a process running such a pool may hold that store's deleting login
+# (load_settings' ``deletes``). S3's rights come from the AWS credential chain, which says nothing about them
+# before a request is refused, so only ZooKeeper's logins are checked.
+POOL_DELETES: dict[str, tuple[str, ...]] = {"bookkeeper": ("zookeeper",), "offload": ("s3",)}
 ENDPOINTS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STACK_HINT = 'for the embedded stack run: eval "$(ledger-deletion stack env)"'
@@ -59,6 +64,7 @@ RETRIED_STEPS = frozenset(
         Step.CHECK_OFFLOAD_LISTED,
         Step.DELETE_BK_LEDGER,
         Step.DELETE_OFFLOAD_SEGMENT,
+        Step.INSPECT_OFFLOAD_SEGMENT,
     )
 )
 TIMED_STEPS = RETRIED_STEPS | {Step.PUBLISH_DEAD_LETTER.value, Step.ACK_MESSAGES.value}
@@ -265,13 +271,30 @@ class Settings(BaseSettings):
         description="ZooKeeper holding BookKeeper's ledger metadata, as host:port[,host:port][/chroot]; no "
         "default, needed by the workflow pool (its checks), the bookkeeper pool and reconcile.",
     )
+    # Two logins: the one that may delete ledgers (the bookkeeper pool's) and the one that reads (every other
+    # process). A process that runs no bookkeeper pool refuses to start holding the first
+    # (ledger_deletion.connections.delete_credential_problems).
     zookeeper_digest: SecretStr | None = Field(
-        default=None, description="user:password for ZooKeeper digest authentication; unset: none."
+        default=None,
+        description="user:password for ZooKeeper digest authentication of the identity that deletes ledgers: "
+        "only a process running the bookkeeper pool may hold it; unset: none.",
     )
     zookeeper_sasl: SecretStr | None = Field(
         default=None,
         description="user:password for ZooKeeper SASL authentication (DIGEST-MD5: a user of the server's "
-        "JAAS DigestLoginModule); unset: none.",
+        "JAAS DigestLoginModule) of the identity that deletes ledgers: only a process running the "
+        "bookkeeper pool may hold it; unset: none.",
+    )
+    zookeeper_read_digest: SecretStr | None = Field(
+        default=None,
+        description="user:password for ZooKeeper digest authentication of the identity that only reads "
+        "(the workflow pool's checks, the watcher, reconcile); unset: LEDGER_DELETION_ZOOKEEPER_DIGEST in a "
+        "process allowed to hold it, else none.",
+    )
+    zookeeper_read_sasl: SecretStr | None = Field(
+        default=None,
+        description="user:password for ZooKeeper SASL authentication of the identity that only reads; "
+        "unset: LEDGER_DELETION_ZOOKEEPER_SASL in a process allowed to hold it, else none.",
     )
     zookeeper_tls: bool = Field(
         default=False,
@@ -310,12 +333,13 @@ class Settings(BaseSettings):
     )
     pulsar_metadata_zookeeper_digest: SecretStr | None = Field(
         default=None,
-        description="user:password for Pulsar's metadata store; unset: LEDGER_DELETION_ZOOKEEPER_DIGEST.",
+        description="user:password for Pulsar's metadata store (only read, and the watcher's election); "
+        "unset: the reading identity's (LEDGER_DELETION_ZOOKEEPER_READ_DIGEST).",
     )
     pulsar_metadata_zookeeper_sasl: SecretStr | None = Field(
         default=None,
-        description="user:password for SASL to Pulsar's metadata store; unset: "
-        "LEDGER_DELETION_ZOOKEEPER_SASL.",
+        description="user:password for SASL to Pulsar's metadata store; unset: the reading identity's "
+        "(LEDGER_DELETION_ZOOKEEPER_READ_SASL).",
     )
 
     # Tiered storage (S3-compatible)
@@ -446,6 +470,59 @@ class Settings(BaseSettings):
         "acked, seconds.",
     )
 
+    # Rollout (docs/rollout.md): what a process deletes for real, how fast, and the kill switch it obeys.
+    mode: Mode = Field(
+        default=Mode.LIVE,
+        description="live: delete what every check allows; shadow: make the same decisions and delete "
+        "nothing, recording what would be deleted (WOULD_DELETE), reading the deletion topics on a "
+        "subscription of its own (<subscription>-shadow) with task queues of its own (<prefix>-shadow-*), "
+        "so a live deployment later finds every request still there. Also `worker --mode`.",
+    )
+    live_allow: str = Field(
+        default="",
+        description="Tenants and namespaces (tenant or tenant/namespace, comma-separated) a live process "
+        "deletes in; any other request it decides in shadow and dead-letters, to be replayed once the list "
+        "is widened; empty: every tenant.",
+    )
+    live_deny: str = Field(
+        default="",
+        description="Tenants and namespaces a live process never deletes in (decided in shadow and "
+        "dead-lettered for replay, as outside the allow-list), whatever LEDGER_DELETION_LIVE_ALLOW says.",
+    )
+    bk_deletes_per_second: float = Field(
+        default=0.0,
+        ge=0,
+        description="BookKeeper ledgers deleted per second at most, across every bookkeeper-pool process "
+        "(Temporal's task-queue rate limit, enforced by the server): each is a ZooKeeper delete and a few "
+        "reads; 0: no limit.",
+    )
+    offload_deletes_per_second: float = Field(
+        default=0.0,
+        ge=0,
+        description="Offloaded ledgers deleted (or inspected in shadow) per second at most, across every "
+        "offload-pool process (Temporal's task-queue rate limit): each is two objects (data and index), up "
+        "to one DeleteObjects and five HEADs; 0: no limit.",
+    )
+    kill_switch_seconds: float = Field(
+        default=2.0,
+        gt=0,
+        description="How often a deleting process (bookkeeper, offload pool) reads the kill switch "
+        "(ledger-deletion pause), seconds: a pause stops new deletes within about this long.",
+    )
+    kill_switch_stale_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A deleting process that has not read the kill switch for this long deletes nothing "
+        "(PauseStateUnknown, retried) until it reads it again, seconds.",
+    )
+    pause_recheck_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long a delete held by the kill switch waits before it looks again when no "
+        "`ledger-deletion resume` signal comes (the switch turned off in the Temporal UI), seconds; doubled "
+        "at each look, up to 600.",
+    )
+
     # Observability: one Prometheus endpoint pair per process (one process per pool in production). Traces go
     # over OTLP when the standard OTEL_* variables are set (ledger_deletion.observability).
     log_level: str = Field(
@@ -524,6 +601,12 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown level {value!r}; levels are {', '.join(LOG_LEVELS)}")
         return level
 
+    @field_validator("live_allow", "live_deny")
+    @classmethod
+    def _scope_entries(cls, value: str) -> str:
+        parse_scope_entries(value)  # raises ValueError, which pydantic reports against the variable
+        return value
+
     @field_validator("step_timeout_seconds")
     @classmethod
     def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
@@ -549,23 +632,39 @@ class Settings(BaseSettings):
 
     @property
     def pulsar_metadata_digest_value(self) -> str | None:
-        """Digest credentials for Pulsar's metadata store: its own, else BookKeeper's ZooKeeper's."""
-        digest = self.pulsar_metadata_zookeeper_digest or self.zookeeper_digest
-        return digest.get_secret_value() if digest else None
+        """Digest credentials for Pulsar's metadata store: its own, else the reading identity's."""
+        digest = self.pulsar_metadata_zookeeper_digest
+        return digest.get_secret_value() if digest else self.zookeeper_read_digest_value
 
     @property
     def zookeeper_sasl_value(self) -> str | None:
+        """SASL credentials of the identity that deletes ledgers (the bookkeeper pool's)."""
         return self.zookeeper_sasl.get_secret_value() if self.zookeeper_sasl else None
 
     @property
     def pulsar_metadata_sasl_value(self) -> str | None:
-        """SASL credentials for Pulsar's metadata store: its own, else BookKeeper's ZooKeeper's."""
-        sasl = self.pulsar_metadata_zookeeper_sasl or self.zookeeper_sasl
-        return sasl.get_secret_value() if sasl else None
+        """SASL credentials for Pulsar's metadata store: its own, else the reading identity's."""
+        sasl = self.pulsar_metadata_zookeeper_sasl
+        return sasl.get_secret_value() if sasl else self.zookeeper_read_sasl_value
 
     @property
     def zookeeper_digest_value(self) -> str | None:
+        """Digest credentials of the identity that deletes ledgers (the bookkeeper pool's)."""
         return self.zookeeper_digest.get_secret_value() if self.zookeeper_digest else None
+
+    # A reader falls back to the deleting login only where that login is allowed at all: a process that
+    # runs the bookkeeper pool (one machine running every pool, one login for everything).
+    @property
+    def zookeeper_read_digest_value(self) -> str | None:
+        """Digest credentials of the identity that reads BookKeeper's ledgers: its own, else the deleter's."""
+        digest = self.zookeeper_read_digest or self.zookeeper_digest
+        return digest.get_secret_value() if digest else None
+
+    @property
+    def zookeeper_read_sasl_value(self) -> str | None:
+        """SASL credentials of the identity that reads BookKeeper's ledgers: its own, else the deleter's."""
+        sasl = self.zookeeper_read_sasl or self.zookeeper_sasl
+        return sasl.get_secret_value() if sasl else None
 
     @property
     def dead_letter_topic(self) -> str:
@@ -574,7 +673,28 @@ class Settings(BaseSettings):
     def task_queue(self, pool: str) -> str:
         if pool not in POOLS:
             raise ConfigurationError(f"unknown pool {pool!r}; pools are {', '.join(POOLS)}")
-        return f"{self.task_queue_prefix}-{COLOCATED if self.colocate_pools else pool}"
+        return f"{self.queue_prefix}-{COLOCATED if self.colocate_pools else pool}"
+
+    @property
+    def queue_prefix(self) -> str:
+        """The prefix of this process's task queues: a shadow deployment has queues of its own, where no
+        delete activity is ever registered."""
+        return f"{self.task_queue_prefix}-shadow" if self.mode is Mode.SHADOW else self.task_queue_prefix
+
+    @property
+    def ingest_subscription(self) -> str:
+        """The subscription this process consumes the deletion topics on: a shadow deployment reads them on
+        its own, so the live subscription keeps every request."""
+        return f"{self.subscription}-shadow" if self.mode is Mode.SHADOW else self.subscription
+
+    @property
+    def live_scope(self) -> LiveScope:
+        return LiveScope.of(parse_scope_entries(self.live_allow), parse_scope_entries(self.live_deny))
+
+    @property
+    def kill_switch_id(self) -> str:
+        """The Temporal Schedule whose paused state is the kill switch of the deployment with this prefix."""
+        return f"{self.task_queue_prefix}-kill-switch"
 
     @property
     def watch_task_queue(self) -> str:
@@ -598,15 +718,20 @@ def _known_steps(value: dict[str, Any], steps: frozenset[str]) -> dict[str, Any]
     return value
 
 
-def load_settings(*, require: Iterable[str] = (), **overrides: Any) -> Settings:
+def load_settings(
+    *, require: Iterable[str] = (), deletes: Iterable[str] | None = None, **overrides: Any
+) -> Settings:
     """Read the environment once. Call only at the edge (CLI commands, worker ``main``).
 
     ``require``: the endpoints (:data:`ENDPOINTS`) the command connects to; each one unset is named.
+    ``deletes``: the stores the process deletes in (:func:`pool_deletes`), for a service process; a login
+    that deletes anywhere else is refused. ``None`` (an operator's command): not checked.
 
     Raises:
         ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``, or
             each missing endpoint with what it is, or each connection setting of a required system that
-            cannot work (a certificate file that is not there, a client certificate without its key).
+            cannot work (a certificate file that is not there, a client certificate without its key), or
+            each deleting login a process that deletes nothing there holds.
     """
     try:
         settings = Settings()
@@ -631,6 +756,12 @@ def load_settings(*, require: Iterable[str] = (), **overrides: Any) -> Settings:
     found = connection_problems(settings, required)
     if found:
         raise ConfigurationError("connection settings that cannot work: " + "; ".join(found))
+    if deletes is not None:
+        from ledger_deletion.connections import delete_credential_problems
+
+        held = delete_credential_problems(settings, deletes)
+        if held:
+            raise ConfigurationError("credentials this process must not hold: " + "; ".join(held))
     return settings
 
 
@@ -651,6 +782,11 @@ def pool_endpoints(pools: Iterable[str]) -> tuple[str, ...]:
     """The endpoints a process running ``pools`` connects to, in the order of ``ENDPOINTS``."""
     wanted = {field for pool in pools for field in POOL_ENDPOINTS[pool]}
     return tuple(field for field in ENDPOINTS if field in wanted)
+
+
+def pool_deletes(pools: Iterable[str]) -> tuple[str, ...]:
+    """The stores a process running ``pools`` deletes in (:data:`POOL_DELETES`), e.g. ``("zookeeper",)``."""
+    return tuple(dict.fromkeys(store for pool in pools for store in POOL_DELETES.get(pool, ())))
 
 
 def env_name(field: str) -> str:

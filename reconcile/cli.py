@@ -31,7 +31,7 @@ def run_from_settings(
     extract_workers: int = 2,
     extra_buckets: tuple[str, ...] = (),
 ) -> int:
-    from ledger_deletion.connections import zookeeper_security
+    from ledger_deletion.connections import zookeeper_digest, zookeeper_security
     from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound
     from ledger_deletion.settings import load_settings
     from reconcile.extract import ExtractConfig
@@ -43,7 +43,10 @@ def run_from_settings(
     except ValueError as exc:
         console.print(f"[red]--min-age:[/red] {exc}")
         return 2
-    settings = load_settings(require=("zookeeper", "s3_endpoint", *(("pulsar_url",) if submit else ())))
+    # It only reads ZooKeeper and S3 (and may publish requests): the deleting logins are refused.
+    settings = load_settings(
+        require=("zookeeper", "s3_endpoint", *(("pulsar_url",) if submit else ())), deletes=()
+    )
     if (settings.s3_endpoint or "").startswith(_LOOPBACK):
         # The embedded stack's moto accepts any credentials; boto3 only needs some to sign requests.
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
@@ -57,9 +60,9 @@ def run_from_settings(
             buckets=tuple(dict.fromkeys((settings.offload_bucket, *extra_buckets))),
             workers=extract_workers,
             zk_timeout=settings.zookeeper_timeout_seconds,
-            zk_auth_digest=settings.zookeeper_digest_value,
+            zk_auth_digest=zookeeper_digest(settings),
             pulsar_metadata_zookeeper=settings.pulsar_metadata_hosts,
-            pulsar_metadata_auth_digest=settings.pulsar_metadata_digest_value,
+            pulsar_metadata_auth_digest=zookeeper_digest(settings, pulsar_metadata=True),
             zk_security=zookeeper_security(settings),
             pulsar_metadata_zk_security=zookeeper_security(settings, pulsar_metadata=True),
         ),

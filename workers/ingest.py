@@ -16,6 +16,10 @@ tenant isolation) may name only that namespace and always gets the in-use check
 (``tenancy.confine_to_topic``); one naming another namespace is dead-lettered (failed step ``tenant``) and no
 workflow starts for it.
 
+A process in shadow mode starts every request's run in shadow (``ledger-deletion-shadow/…``, deleting
+nothing); a live process starts in shadow, and has dead-lettered for replay, each request outside its live
+allow-list (``ledger_deletion.rollout``).
+
 A consumer that the broker stops feeding would strand the backlog while looking idle, so after
 ``resubscribe_idle_seconds`` without a message, and holding none (only the consumer that delivered a message
 can ack it), the loop closes its consumer and subscribes a fresh one.
@@ -45,9 +49,10 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from ledger_deletion import explain, rollout
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.adapters.messaging import Handoff, PendingAcks, Publisher, dead_letter_properties
-from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef
+from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef, Mode
 from ledger_deletion.errors import (
     InvalidRequestError,
     LedgerDeletionError,
@@ -123,6 +128,9 @@ class Ingestor:
     # This process also runs the workflow worker on ``workflow_queue`` with the same client: ask the server
     # to hand the first workflow task back in the start reply (eager workflow start).
     eager_start: bool = False
+    # The process's mode, and in live mode the tenants and namespaces it deletes in (the rest: shadow).
+    mode: Mode = Mode.LIVE
+    live_scope: rollout.LiveScope = field(default_factory=rollout.LiveScope)
     stats: IngestStats = field(default_factory=IngestStats)
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -276,6 +284,7 @@ class Ingestor:
                 topic=message.topic_name(),
                 redelivery_count=message.redelivery_count(),
                 from_system_topic=is_system_topic(message.topic_name(), self.system_topic),
+                replay_reason=self._run_of(request)[1],
             )
             try:
                 await self._start_or_join(request, ref)
@@ -287,10 +296,11 @@ class Ingestor:
                     _origin(message, key),
                     reason=str(exc),
                     step="start",
-                    workflow_id=request.workflow_id,
+                    workflow_id=self._workflow_id(request),
                 )
                 return
-        self.pending.bind(key, Handoff(request.workflow_id, request, time.monotonic(), ref.from_system_topic))
+        workflow_id = self._workflow_id(request)
+        self.pending.bind(key, Handoff(workflow_id, request, time.monotonic(), ref.from_system_topic))
         self.stats.started_or_joined += 1
 
     async def sweep(self, *, held_for: float) -> int:
@@ -355,7 +365,12 @@ class Ingestor:
             try:
                 await self._start_or_join(
                     handoff.request,
-                    MessageRef(key, self.ack_queue, from_system_topic=handoff.from_system_topic),
+                    MessageRef(
+                        key,
+                        self.ack_queue,
+                        from_system_topic=handoff.from_system_topic,
+                        replay_reason=self._run_of(handoff.request)[1],
+                    ),
                 )
             except WorkflowStartRejected as exc:
                 # Taken once, refused now (a search attribute removed, a lower size limit). The original
@@ -432,7 +447,7 @@ class Ingestor:
             handle = await self._start(request, ref)
         except WorkflowAlreadyStartedError:
             # The joining message brings its request: the run decides it on its own if it is not the run's.
-            return await self._join(request.workflow_id, replace(ref, request=request))
+            return await self._join(self._workflow_id(request), replace(ref, request=request))
         # Set by the SDK on the handle when the first workflow task came back in the reply.
         self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
         return True
@@ -447,28 +462,38 @@ class Ingestor:
             raise
         return True
 
+    def _run_of(self, request: PendingDeleteLedgerInfo) -> tuple[Mode, str]:
+        """The mode of the request's run here, and why its message is dead-lettered for replay ("": not)."""
+        return rollout.run_mode(self.mode, self.live_scope, request)
+
+    def _workflow_id(self, request: PendingDeleteLedgerInfo) -> str:
+        return rollout.workflow_id(request, self._run_of(request)[0])
+
     async def _start(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> WorkflowHandle[Any, Any]:
+        mode = self._run_of(request)[0]
         return await self.temporal.start_workflow(
             WORKFLOW_NAME,
-            self._input(request, ref),
-            id=request.workflow_id,
+            self._input(request, ref, mode),
+            id=rollout.workflow_id(request, mode),
             task_queue=self.workflow_queue,
             # A closed run of the same ledger does not block a new one: the new run finds the ledger already
             # deleted (every step is idempotent) and acks.
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            search_attributes=search_attributes_for(request),
-            static_summary=request.summary(),
+            search_attributes=search_attributes_for(request, mode),
+            # What the Temporal UI shows above the history: no event of its own, kept with the start.
+            static_summary=explain.summary(request, mode),
+            static_details=explain.details(request, mode, ref),
             execution_timeout=None,
             request_eager_start=self.eager_start,
         )
 
-    def _input(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> RawValue:
+    def _input(self, request: PendingDeleteLedgerInfo, ref: MessageRef, mode: Mode) -> RawValue:
         """The start's input, encoded here once so that its size is checked on the bytes that are sent.
 
         A payload codec, if the client has one, still runs on it (compression only makes it smaller).
         """
-        value = DeletionInput(request, self.policy, first_message=ref)
+        value = DeletionInput(request, self.policy, first_message=ref, mode=mode)
         [payload] = self.temporal.data_converter.payload_converter.to_payloads([value])
         if (size := payload.ByteSize()) > MAX_WORKFLOW_INPUT_BYTES:
             raise WorkflowStartRejected(
@@ -486,7 +511,21 @@ class Ingestor:
         step: str,
         workflow_id: str = "",
     ) -> None:
-        """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed."""
+        """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed.
+
+        A shadow process only acks it (on its own subscription): the live deployment reads the same message
+        on the live subscription and dead-letters it then, so publishing here too would put it in the
+        dead-letter topic twice, and a replay would send it twice.
+        """
+        if self.mode is Mode.SHADOW:
+            self.stats.dead_lettered += 1
+            log.info("shadow: message %s (%s) not dead-lettered, left to live mode: %s", key, step, reason)
+            self.pending.mark_dead_lettered(key)
+            try:
+                await asyncio.to_thread(self.pending.ack, [key])
+            except MessagingUnavailable as exc:
+                log.warning("ack of %s failed (%s); the sweeper retries it", key, exc)
+            return
         properties = dead_letter_properties(
             reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
         )
@@ -563,9 +602,10 @@ def _encryption_properties(context: Any) -> dict[str, str]:
     }
 
 
-def search_attributes_for(request: PendingDeleteLedgerInfo) -> TypedSearchAttributes:
+def search_attributes_for(request: PendingDeleteLedgerInfo, mode: Mode = Mode.LIVE) -> TypedSearchAttributes:
     return TypedSearchAttributes(
         [
+            SearchAttributePair(sa.DELETION_MODE, mode.value),
             SearchAttributePair(sa.LEDGER_ID, request.ledger_id),
             SearchAttributePair(sa.LEDGER_TYPE, request.ledger_type.value),
             SearchAttributePair(sa.LEDGER_COMPONENT, request.ledger_component.value),

@@ -5,9 +5,15 @@ deployment per pool, scaled on its own task queue's backlog).
 
 Which process holds which rights: the workflow pool runs the workflow and, as local activities, its
 read-only checks, so it holds read clients only (the admin REST client, a :class:`LedgerReader` and
-Pulsar's metadata store). The bookkeeper pool holds the one client that can delete a ledger's metadata
-(:class:`LedgerStore`), the offload pool the S3 client, the pulsar pool the consumer, the dead-letter
-producer and the acks.
+Pulsar's metadata store), logged in to ZooKeeper as the reading identity. The bookkeeper pool holds the one
+client that can delete a ledger's metadata (:class:`LedgerStore`), logged in as the deleting identity, the
+offload pool the S3 client, the pulsar pool the consumer, the dead-letter producer and the acks. Each
+deployment gives its process only its own credentials (docs/security.md).
+
+What a deleting pool may do: each delete asks the kill switch first (``ledger_deletion.kill_switch``, read
+here in the background); Temporal's task-queue rate limit caps the deletes per second across every process
+of the pool (``bk_deletes_per_second``, ``offload_deletes_per_second``). A process in shadow mode registers
+no delete at all: its bookkeeper pool has nothing to run, its offload pool only inspects.
 
 Shutdown order matters for "nothing lost": first stop receiving, then let workers finish what they hold
 (the ack worker keeps acking during the grace period), then close the Pulsar consumer. Whatever is still
@@ -17,6 +23,7 @@ unacked at that point is redelivered by Pulsar to another consumer and joins its
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -37,11 +44,12 @@ from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActi
 from activities.messaging import MessagingActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
-from ledger_deletion import connections
+from ledger_deletion import connections, kill_switch
 from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
+from ledger_deletion.contracts import Mode
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
 from ledger_deletion.ops import inflight
@@ -49,7 +57,7 @@ from ledger_deletion.policy import deletion_policy, describe_policy
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.temporal_client import connect_temporal
 from workers.ingest import Ingestor
-from workers.topics import subscribe_all
+from workers.topics import keep_live_subscription, subscribe_all
 from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,7 @@ class RunningPools:
     ack_queue: str = ""
     ingestor: Ingestor | None = None
     workers: list[Worker] = field(default_factory=list)
+    kill_switch: kill_switch.Watch | None = None  # in a process running a deleting pool in live mode
 
 
 def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
@@ -112,6 +121,15 @@ async def run_pools(
             "LEDGER_DELETION_COLOCATE_POOLS puts every pool on one task queue: run all pools in every "
             f"process (--pool all), not {', '.join(sorted(wanted))}"
         )
+    if settings.colocate_pools and (settings.bk_deletes_per_second or settings.offload_deletes_per_second):
+        # A task-queue rate limit counts every activity of the queue, and one queue would hold the acks and
+        # dead letters too: a limit meant for deletes would slow every deletion's ack.
+        raise ConfigurationError(
+            "LEDGER_DELETION_BK_DELETES_PER_SECOND and _OFFLOAD_DELETES_PER_SECOND limit the deleting pools' "
+            "own task queues; with LEDGER_DELETION_COLOCATE_POOLS there is one queue for every activity: "
+            "run the pools apart to limit deletes"
+        )
+    shadow = settings.mode is Mode.SHADOW
     # Before any client exists: kazoo and friends log credentials at DEBUG (idempotent).
     redaction.install(settings)
     temporal = client or await connect_temporal(settings)
@@ -124,30 +142,44 @@ async def run_pools(
         queue.concurrency += concurrency
 
     async with AsyncExitStack() as stack:
+        if not shadow and wanted & {"bookkeeper", "offload"}:
+            deleting = "+".join(sorted(wanted & {"bookkeeper", "offload"}))
+            running.kill_switch = await _kill_switch(temporal, settings, stop, stack, deleting)
+        switch = running.kill_switch
         if "workflow" in wanted:
             queue = hosted.setdefault(settings.task_queue("workflow"), _Hosted())
             queue.workflows = True
             queue.checks = _read_only_checks(settings, stack)
             await _check_ledger_layout(queue.checks.ledgers)
-        if "bookkeeper" in wanted:
+        if "bookkeeper" in wanted and shadow:
+            log.info("shadow mode: the bookkeeper pool has nothing to run (a shadow run deletes no ledger)")
+        elif "bookkeeper" in wanted:
+            # The one client that can delete, logged in as the identity that may (docs/security.md).
             store = LedgerStore(
                 settings.zookeeper,
                 settings.bk_ledgers_root,
                 settings.zookeeper_timeout_seconds,
-                settings.zookeeper_digest_value,
-                connections.zookeeper_security(settings),
+                connections.zookeeper_digest(settings, deletes=True),
+                connections.zookeeper_security(settings, deletes=True),
             )
             stack.callback(store.close)
             await _check_ledger_layout(store)
-            deletes = BookKeeperDeleteActivities(store)
+            assert switch is not None
+            deletes = BookKeeperDeleteActivities(store, switch.check)
             host("bookkeeper", [deletes.delete_bk_ledger], settings.bookkeeper_concurrency)
+            hosted[settings.task_queue("bookkeeper")].rate = settings.bk_deletes_per_second
         if "offload" in wanted:
             offload = OffloadActivities(
                 object_store(settings, settings.offload_concurrency),
                 settings.offload_bucket,
                 settings.s3_endpoint_alias_list,
+                may_delete=switch.check if switch is not None else _shadow_deletes_nothing,
             )
-            host("offload", [offload.delete_offload_segment], settings.offload_concurrency)
+            # A live process inspects too: it runs a request outside its live allow-list in shadow.
+            inspect = [offload.inspect_offload_segment]
+            offloads = inspect if shadow else [offload.delete_offload_segment, *inspect]
+            host("offload", offloads, settings.offload_concurrency)
+            hosted[settings.task_queue("offload")].rate = settings.offload_deletes_per_second
         ingest_task: asyncio.Task[None] | None = None
         ingest_stop = asyncio.Event()
         if "pulsar" in wanted:
@@ -171,10 +203,20 @@ async def run_pools(
                 subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
             )
             consumer = await asyncio.to_thread(subscribe)
+            if shadow:
+                # The live subscription must hold every request until a live deployment reads it.
+                await asyncio.to_thread(keep_live_subscription, pulsar_client, settings)
             stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
             policy = deletion_policy(settings)
             # What every workflow this process starts will do, so an operator can check it at a glance.
             log.info("new deletions: %s", describe_policy(policy))
+            log.info(
+                "mode %s: %s",
+                settings.mode.value,
+                "nothing is deleted"
+                if shadow
+                else f"deletes in {settings.live_scope.describe()}, shadow for the rest",
+            )
             running.ingestor = Ingestor(
                 temporal=temporal,
                 consumer=consumer,
@@ -188,6 +230,8 @@ async def run_pools(
                 resubscribe=subscribe,
                 resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,
                 eager_start="workflow" in wanted,
+                mode=settings.mode,
+                live_scope=settings.live_scope,
             )
             stack.callback(running.ingestor.close_consumer)
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
@@ -232,18 +276,19 @@ def _read_only_checks(settings: Settings, stack: AsyncExitStack) -> _Checks:
     threads = settings.check_concurrency
     admin = admin_client(settings, threads)
     stack.callback(admin.close)
+    # Logged in as the reading identity: where ZooKeeper's ACLs grant it no delete, not even a bug here could.
     ledgers = LedgerReader(
         settings.zookeeper,
         settings.bk_ledgers_root,
         settings.zookeeper_timeout_seconds,
-        settings.zookeeper_digest_value,
+        connections.zookeeper_digest(settings),
         connections.zookeeper_security(settings),
     )
     stack.callback(ledgers.close)
     pulsar_metadata = PulsarMetadataStore(
         settings.pulsar_metadata_hosts,
         settings.zookeeper_timeout_seconds,
-        settings.pulsar_metadata_digest_value,
+        connections.zookeeper_digest(settings, pulsar_metadata=True),
         connections.zookeeper_security(settings, pulsar_metadata=True),
     )
     stack.callback(pulsar_metadata.close)
@@ -257,6 +302,41 @@ def _read_only_checks(settings: Settings, stack: AsyncExitStack) -> _Checks:
         metadata.check_offload_listed,
     ]
     return _Checks(ledgers, activities, threads)
+
+
+async def _kill_switch(
+    client: Client, settings: Settings, stop: asyncio.Event, stack: AsyncExitStack, pools: str
+) -> kill_switch.Watch:
+    """Read the kill switch before serving any delete, then every ``kill_switch_seconds`` until ``stop``."""
+    watch = kill_switch.Watch(
+        functools.partial(kill_switch.read, client, settings.kill_switch_id),
+        settings.kill_switch_seconds,
+        settings.kill_switch_stale_seconds,
+    )
+    try:
+        await kill_switch.ensure(
+            client, settings.kill_switch_id, f"the {pools} pool of {kill_switch.operator()}"
+        )
+        log.info("kill switch %s: %s", settings.kill_switch_id, (await watch.refresh()).describe())
+    except Exception as exc:  # Temporal not there yet: deletes wait (PauseStateUnknown) until it is read
+        log.warning("kill switch %s unreadable at start: %s", settings.kill_switch_id, exc)
+    refresher = asyncio.create_task(watch.run(stop))
+    stack.push_async_callback(_finish, refresher)
+    stack.callback(
+        metrics.current().observe_kill_switch(pools, lambda: watch.paused, lambda: watch.age_seconds)
+    )
+    return watch
+
+
+async def _finish(task: asyncio.Task[None]) -> None:
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _shadow_deletes_nothing() -> None:
+    raise ConfigurationError("a process in shadow mode deletes nothing")
 
 
 async def _check_ledger_layout(store: LedgerReader) -> None:
@@ -296,6 +376,7 @@ class _Hosted:
     workflows: bool = False
     activities: list[Any] = field(default_factory=list)  # ordinary activities, polled on the queue
     concurrency: int = 0
+    rate: float = 0.0  # activity tasks per second the server hands out on the queue, to every worker; 0: any
     checks: _Checks | None = None  # with ``workflows``: its local activities
 
 
@@ -322,6 +403,9 @@ def _worker(
         activity_executor=executor,
         max_concurrent_activities=hosted.concurrency or None,
         max_concurrent_local_activities=hosted.checks.concurrency if hosted.checks else None,
+        # Enforced by the server for the queue as a whole, so across every process of the pool: the rate
+        # the latest poll asked for wins, hence one setting for the whole deployment.
+        max_task_queue_activities_per_second=hosted.rate or None,
         no_remote_activities=not hosted.activities,
         workflow_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.workflow_task_pollers),
         activity_task_poller_behavior=PollerBehaviorSimpleMaximum(settings.activity_task_pollers),

@@ -43,13 +43,14 @@ def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size
     """One consumer over every deletion topic of the settings (:func:`consumer_options`)."""
     options = consumer_options(receiver_queue_size=receiver_queue_size)
     topics = [settings.topic, *tenant_topics(settings)]
-    consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)]
+    subscription = settings.ingest_subscription
+    consumers = [client.subscribe(topics if len(topics) > 1 else topics[0], subscription, **options)]
     for pattern in topic_patterns(settings):
         try:
             consumers.append(
                 client.subscribe(
                     re.compile(pattern),
-                    settings.subscription,
+                    subscription,
                     pattern_auto_discovery_period=PATTERN_DISCOVERY_SECONDS,
                     **options,
                 )
@@ -64,6 +65,21 @@ def subscribe_all(client: pulsar.Client, settings: Settings, receiver_queue_size
                 "LEDGER_DELETION_TENANT_TOPICS instead"
             ) from exc
     return consumers[0] if len(consumers) == 1 else CompositeConsumer(consumers)
+
+
+def keep_live_subscription(client: pulsar.Client, settings: Settings) -> None:
+    """Make sure the live subscription exists on the named deletion topics, without reading from it.
+
+    A shadow deployment reads on a subscription of its own; the live one must exist meanwhile, or the
+    broker keeps nothing for it and a live deployment started later would find only what came after it.
+    Subscribing creates a durable subscription (from the earliest message); closing at once acks nothing,
+    and whatever the broker had sent the consumer goes back to the subscription. Topics matched by
+    patterns are not named here: their live subscription is made by the first live process.
+    """
+    topics = [settings.topic, *tenant_topics(settings)]
+    options = consumer_options(receiver_queue_size=1)
+    consumer = client.subscribe(topics if len(topics) > 1 else topics[0], settings.subscription, **options)
+    consumer.close()
 
 
 class CompositeConsumer:

@@ -52,7 +52,7 @@ from activities.watch import SuspectActivities
 from ledger_deletion import connections
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
-from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore, kazoo_client
+from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
 from ledger_deletion.observability import logs, metrics, redaction
 from ledger_deletion.settings import Settings
@@ -352,34 +352,36 @@ async def run_watcher(
     redaction.install(settings)  # before any client logs: kazoo prints credentials at DEBUG
     async with AsyncExitStack() as stack:
         timeout = settings.zookeeper_timeout_seconds
+        # Every ZooKeeper client here logs in as a reader: the watcher deletes nothing (its election's own
+        # lock znodes aside, under LEDGER_DELETION_WATCH_ELECTION_PATH in Pulsar's metadata store).
         metadata_zk = kazoo_client(
             settings.pulsar_metadata_hosts,
             timeout,
-            _auth(settings.pulsar_metadata_digest_value),
+            _auth(connections.zookeeper_digest(settings, pulsar_metadata=True)),
             connections.zookeeper_security(settings, pulsar_metadata=True),
         )
         bk_zk = kazoo_client(
             settings.zookeeper,
             timeout,
-            _auth(settings.zookeeper_digest_value),
+            _auth(connections.zookeeper_digest(settings)),
             connections.zookeeper_security(settings),
         )
         for zk in (metadata_zk, bk_zk):
             await asyncio.to_thread(zk.start, timeout)
             stack.callback(zk.close)
             stack.callback(zk.stop)
-        ledgers = LedgerStore(
+        ledgers = LedgerReader(
             settings.zookeeper,
             settings.bk_ledgers_root,
             timeout,
-            settings.zookeeper_digest_value,
+            connections.zookeeper_digest(settings),
             connections.zookeeper_security(settings),
         )
         stack.callback(ledgers.close)
         pulsar_metadata = PulsarMetadataStore(
             settings.pulsar_metadata_hosts,
             timeout,
-            settings.pulsar_metadata_digest_value,
+            connections.zookeeper_digest(settings, pulsar_metadata=True),
             connections.zookeeper_security(settings, pulsar_metadata=True),
         )
         stack.callback(pulsar_metadata.close)

@@ -29,9 +29,10 @@ a new workflow type, and the new shape gets a history of its own, recorded next 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
 from typing import Any, TypeVar
@@ -61,7 +62,9 @@ with workflow.unsafe.imports_passed_through():
         DeletionPolicy,
         DeletionResult,
         DeletionStatus,
+        InspectOffloadResult,
         MessageRef,
+        Mode,
         OffloadListedInput,
         OffloadListedResult,
         OffloadSupersededInput,
@@ -73,10 +76,15 @@ with workflow.unsafe.imports_passed_through():
         VerifyBkMetadataInput,
         VerifyBkMetadataResult,
     )
+    from ledger_deletion.errors import DeletionPaused
+    from ledger_deletion.formats.bk_paths import ledger_path
     from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo, same_decision
+    from ledger_deletion.rollout import ALLOW_LIST_STEP
 
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
+# Sent by ``ledger-deletion resume`` to every run waiting on the kill switch (DeletionStep=paused).
+RESUME_SIGNAL = "resume"
 STATUS_QUERY = "status"
 MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
 # Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
@@ -137,6 +145,17 @@ class _Kept:
     replay_when: str = ""  # not resent: why the request is kept (dead-lettered) rather than acked
 
 
+@dataclass(frozen=True)
+class _Done:
+    """What deciding one request came to (``Decision`` less the request and the failed step)."""
+
+    outcome: Outcome
+    reason: str = ""
+    deleted_keys: list[str] = field(default_factory=list)
+    would_delete_keys: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+
 class _Finished(Exception):
     """Internal: a step decided the outcome early (not an error)."""
 
@@ -164,6 +183,12 @@ class LedgerDeletionWorkflow:
         # begin): an in-use answer covers only the messages that arrived before its decision began.
         self._begun_at_arrival: dict[str, int] = {}
         self._in_decision: PendingDeleteLedgerInfo | None = None  # the request _decide is working on
+        self._mode = Mode.LIVE
+        # The kill switch: set by the resume signal; the backstop wait, doubled at each look.
+        self._resumed = False
+        self._pause_wait = 0.0
+        # Requests dead-lettered for replay once the live allow-list is widened (MessageRef.replay_reason).
+        self._lettered_for_replay: list[PendingDeleteLedgerInfo] = []
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -173,6 +198,11 @@ class LedgerDeletionWorkflow:
         if key not in self._refs:
             self._refs[key] = ref
             self._begun_at_arrival[key] = len(self._decided) + (self._in_decision is not None)
+
+    @workflow.signal(name=RESUME_SIGNAL)
+    def resume(self) -> None:
+        """The kill switch was turned off: a run waiting on it tries its delete again now."""
+        self._resumed = True
 
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> DeletionStatus:
@@ -199,15 +229,14 @@ class LedgerDeletionWorkflow:
     @workflow.run
     async def run(self, inp: DeletionInput) -> DeletionResult:
         request, policy = inp.request, inp.policy
-        self._own_request = request
+        self._own_request, self._mode = request, inp.mode
         self.add_message(inp.first_message)
-        workflow.set_current_details(request.summary())
         await self._decide(request, policy)
         unacked = await self._ack_all(policy)
         self._step = Step.DONE
         everything = [decision for _, decision in self._decided]
         final = _weightiest(everything)
-        _publish_outcome(final.outcome, final.failed_step)
+        _publish_outcome(final)
         # Requests dead-lettered past the limit are counted, not listed: the result stays small.
         decisions = [d for d in everything if d.failed_step != JOIN_STEP]
         return DeletionResult(
@@ -221,6 +250,10 @@ class LedgerDeletionWorkflow:
             deleted_keys=final.deleted_keys,
             decisions=decisions if len(everything) > 1 else [],
             joined_dead_lettered=len(everything) - len(decisions),
+            mode=self._mode,
+            would_delete_keys=final.would_delete_keys,
+            bytes=final.bytes,
+            kept_for_replay=len(self._lettered_for_replay),
         )
 
     async def _decide(
@@ -230,41 +263,59 @@ class LedgerDeletionWorkflow:
         Past ``MAX_JOINED_DECISIONS`` joined requests, a further one is dead-lettered undecided, unless it
         came from the system topic."""
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
-        failed_step, reason, deleted_keys = "", "", list[str]()
+        failed_step = ""
         self._in_decision = request
+        self._tell(f"checking {request.topic_name} and ledger {request.ledger_id}")
         if len(self._decided) > MAX_JOINED_DECISIONS and not from_system_topic:
             failed_step = JOIN_STEP
             reason = (
                 f"more than {MAX_JOINED_DECISIONS} other requests for this ledger joined one run: "
                 "not decided there; replay it"
             )
-            await self._dead_letter(request, policy, reason, failed_step, 0)
-            outcome = Outcome.DEAD_LETTERED
+            done = _Done(await self._give_up(request, policy, reason, failed_step, 0), reason)
         else:
             try:
-                outcome, reason, deleted_keys = await self._delete(request, policy)
+                done = await self._delete(request, policy)
             except _Finished as finished:
-                outcome, reason = finished.outcome, finished.reason
+                done = _Done(finished.outcome, finished.reason)
             except (ActivityError, ApplicationError) as err:
                 step = self._failed_step or self._step
                 failed_step, reason, attempts = step.value, _describe(err), _attempts_of(err, policy, step)
                 self._attempts, self._last_error = attempts, reason
-                await self._dead_letter(request, policy, reason, failed_step, attempts)
-                outcome = Outcome.DEAD_LETTERED
-        decision = Decision(request.summary(), request.topic_name, outcome, reason, failed_step, deleted_keys)
+                done = _Done(await self._give_up(request, policy, reason, failed_step, attempts), reason)
+        decision = Decision(
+            request.summary(),
+            request.topic_name,
+            done.outcome,
+            done.reason,
+            failed_step,
+            done.deleted_keys,
+            done.would_delete_keys,
+            done.bytes,
+        )
         self._decided.append((request, decision))
         self._in_decision = None
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
-        workflow.set_current_details(
-            "\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided)
-        )
+        self._tell("\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided))
         return decision
+
+    def _tell(self, what: str) -> None:
+        """The run's current details in the Temporal UI (no history event): what it does or waits for now."""
+        workflow.set_current_details(f"[shadow] {what}" if self._mode is Mode.SHADOW else what)
+
+    async def _give_up(
+        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, reason: str, step: str, attempts: int
+    ) -> Outcome:
+        """A request that cannot be decided: dead-lettered in live mode. A shadow run only says it would be:
+        its dead letter, replayed, would reach the live subscription as a new request."""
+        if self._mode is Mode.SHADOW:
+            return Outcome.WOULD_DEAD_LETTER
+        await self._dead_letter(req, policy, reason, step, attempts)
+        return Outcome.DEAD_LETTERED
 
     # --- deletion ------------------------------------------------------------------------------------------
 
-    async def _delete(
-        self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy
-    ) -> tuple[Outcome, str, list[str]]:
+    async def _delete(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> _Done:
         if req.ledger_type is LedgerType.LEDGER:
             # Both are read-only and independent: one workflow task schedules both.
             topic, verified = await asyncio.gather(
@@ -280,14 +331,32 @@ class LedgerDeletionWorkflow:
         topic = await self._check_topic(req, policy)
         await self._wait_until_unused(req, policy, topic)
         assert req.context is not None  # validated when the request was decoded
-        result = await self._activity(
-            Step.DELETE_OFFLOAD_SEGMENT,
-            DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context),
-            DeleteOffloadResult,
-            policy.offload_queue,
-            policy,
-        )
-        return result.outcome, result.reason, result.deleted_keys
+        objects = DeleteOffloadInput(req.ledger_id, req.managed_ledger_name, req.context)
+        if self._mode is Mode.SHADOW:
+            self._tell(f"finding the offloaded objects of ledger {req.ledger_id} a live run would delete")
+            seen = await self._activity(
+                Step.INSPECT_OFFLOAD_SEGMENT,
+                objects,
+                InspectOffloadResult,
+                policy.offload_queue,
+                policy,
+                f"objects of ledger {req.ledger_id} (HEAD only)",
+            )
+            return _Done(seen.outcome, seen.reason, would_delete_keys=seen.keys, bytes=seen.bytes)
+        while True:
+            self._tell(f"deleting the offloaded objects of ledger {req.ledger_id}")
+            result = await self._destructive(
+                Step.DELETE_OFFLOAD_SEGMENT,
+                objects,
+                DeleteOffloadResult,
+                policy.offload_queue,
+                policy,
+                f"objects of ledger {req.ledger_id} of {req.managed_ledger_name}",
+            )
+            if result is not None:
+                return _Done(result.outcome, result.reason, result.deleted_keys, bytes=result.bytes)
+            # Resumed after a pause: what was checked before it may have changed since; check again.
+            await self._wait_until_unused(req, policy, topic)
 
     async def _check_topic(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> CheckTopicResult:
         return await self._check(
@@ -409,7 +478,8 @@ class LedgerDeletionWorkflow:
                 resent=False,
                 replay_when=_COPY_RELEASED_IN_MEMORY,
             )
-        return _Kept(f"still referenced by {req.topic_name} ({answer.referenced_as})", resent=True)
+        owner = f" on its owner broker {answer.owner_url}" if answer.owner_url else ""
+        return _Kept(f"still referenced by {req.topic_name} ({answer.referenced_as}){owner}", resent=True)
 
     async def _wait_until_bk_ledger_unused(
         self,
@@ -509,6 +579,10 @@ class LedgerDeletionWorkflow:
                     f"{where}: {kept.replay_when}", type=KEPT_FOR_REPLAY, non_retryable=True
                 )
             self._step = Step.WAIT_IN_USE
+            self._tell(
+                f"waiting: {kept.where}; asking again in {policy.in_use_recheck_seconds:g} s, "
+                f"re-check {check + 1} of {policy.in_use_rechecks}"
+            )
             if check == 0:
                 workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_IN_USE.value)])
             await workflow.sleep(
@@ -526,6 +600,10 @@ class LedgerDeletionWorkflow:
         if age is None or age >= policy.min_ledger_age_seconds:
             return verified
         self._step = Step.WAIT_LEDGER_AGE
+        self._tell(
+            f"waiting until ledger {req.ledger_id} is {policy.min_ledger_age_seconds:g} s old (created "
+            f"{age:.0f} s ago), then verifying it again"
+        )
         workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.WAIT_LEDGER_AGE.value)])
         await workflow.sleep(
             timedelta(seconds=policy.min_ledger_age_seconds - age), summary=Step.WAIT_LEDGER_AGE.value
@@ -541,33 +619,49 @@ class LedgerDeletionWorkflow:
         policy: DeletionPolicy,
         verified: VerifyBkMetadataResult,
         topic: CheckTopicResult,
-    ) -> tuple[Outcome, str, list[str]]:
-        for _ in range(MAX_VERSION_RACES):
-            deleted = await self._activity(
+    ) -> _Done:
+        races = 0
+        while True:
+            path = ledger_path(req.ledger_id, policy.bk_ledgers_root)
+            size = f"{verified.length} bytes by its BookKeeper metadata"
+            if self._mode is Mode.SHADOW:
+                # Every check passed: a live run would now compare-and-delete this znode at this version.
+                evidence = (
+                    f"would compare-and-delete {path} at znode version {verified.znode_version}; {size}"
+                )
+                return _Done(Outcome.WOULD_DELETE, evidence, would_delete_keys=[path], bytes=verified.length)
+            self._tell(f"deleting ledger {req.ledger_id}: {path} at znode version {verified.znode_version}")
+            deleted = await self._destructive(
                 Step.DELETE_BK_LEDGER,
                 DeleteBkLedgerInput(req.ledger_id, verified.znode_version),
                 DeleteBkLedgerResult,
                 policy.bookkeeper_queue,
                 policy,
+                f"ledger {req.ledger_id} at znode version {verified.znode_version}",
             )
-            if deleted.status is DeleteBkLedgerStatus.DELETED:
-                return Outcome.DELETED, "", []
-            if deleted.status is DeleteBkLedgerStatus.ALREADY_DELETED:
-                return Outcome.ALREADY_DELETED, "znode disappeared before delete", []
-            if deleted.status is DeleteBkLedgerStatus.GONE_ON_RETRY:
-                return Outcome.ALREADY_DELETED, GONE_ON_RETRY, []
-            # The znode changed since we checked it: what we verified is no longer what we would delete.
+            if deleted is not None:
+                if deleted.status is DeleteBkLedgerStatus.DELETED:
+                    return _Done(Outcome.DELETED, "", bytes=verified.length)
+                if deleted.status is DeleteBkLedgerStatus.ALREADY_DELETED:
+                    return _Done(Outcome.ALREADY_DELETED, "znode disappeared before delete")
+                if deleted.status is DeleteBkLedgerStatus.GONE_ON_RETRY:
+                    return _Done(Outcome.ALREADY_DELETED, GONE_ON_RETRY)
+                # The znode changed since we checked it: what we verified is no longer what we would delete.
+                races += 1
+            # Changed, or resumed after a pause (which may have lasted long enough for anything to change):
+            # verify again, and ask again whatever keeps a ledger; a ledger's metadata changes when someone
+            # writes, closes or recovers it.
             verified = await self._verify(req, policy)
             if verified.verdict is not Verdict.MATCH:
-                return _VERDICT_OUTCOME[verified.verdict], verified.reason, []
+                return _Done(_VERDICT_OUTCOME[verified.verdict], verified.reason)
             verified = await self._wait_until_schema_releases(req, policy, verified)
-            # A ledger's metadata changes when someone writes, closes or recovers it: ask its owner again.
             verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
-        raise ApplicationError(
-            f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
-            type="MetadataKeepsChanging",
-            non_retryable=True,
-        )
+            if races == MAX_VERSION_RACES:
+                raise ApplicationError(
+                    f"ledger {req.ledger_id} metadata changed {MAX_VERSION_RACES} times during deletion",
+                    type="MetadataKeepsChanging",
+                    non_retryable=True,
+                )
 
     def _request_of(self, ref: MessageRef) -> PendingDeleteLedgerInfo:
         """The request a message brought; the first message carries none: its request is the run's input."""
@@ -597,6 +691,7 @@ class LedgerDeletionWorkflow:
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, reason: str, step: str, attempts: int
     ) -> None:
         self._step = Step.PUBLISH_DEAD_LETTER
+        self._tell(f"dead-lettering the request for ledger {req.ledger_id} (failed step {step}): {reason}")
         # The request must end somewhere: keep trying to publish it (the message stays unacked meanwhile).
         forever = RetrySpec(
             0, policy.default_retry.initial_seconds, policy.default_retry.max_interval_seconds
@@ -608,6 +703,7 @@ class LedgerDeletionWorkflow:
             task_queue=policy.pulsar_queue,
             start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.PUBLISH_DEAD_LETTER)),
             retry_policy=_retry_policy(forever),
+            summary=f"{Step.PUBLISH_DEAD_LETTER.value}: ledger {req.ledger_id}, failed step {step}"[:200],
         )
 
     async def _ack_all(self, policy: DeletionPolicy) -> int:
@@ -631,6 +727,8 @@ class LedgerDeletionWorkflow:
                 )
                 await self._decide(undecided, policy, from_system_topic=from_system_topic)
                 continue
+            await self._letter_for_replay(pending, policy)
+            self._tell(f"acking {len(pending)} message(s)")
             by_queue: dict[str, list[MessageRef]] = defaultdict(list)
             for ref in pending:
                 by_queue[ref.ack_queue].append(ref)
@@ -643,6 +741,19 @@ class LedgerDeletionWorkflow:
                     lost += len(refs)
                 else:
                     self._acked += len(refs)
+
+    async def _letter_for_replay(self, refs: list[MessageRef], policy: DeletionPolicy) -> None:
+        """Before a live process's messages outside its live allow-list are acked: their requests, decided in
+        shadow, go to the dead-letter topic with why, once each, to be replayed when the list is widened."""
+        for ref in refs:
+            request = self._request_of(ref)
+            if not ref.replay_reason or any(same_decision(request, r) for r in self._lettered_for_replay):
+                continue
+            decided = [d for r, d in self._decided if same_decision(request, r)]
+            shadow = f" (in shadow: {decided[-1].outcome.value} {decided[-1].reason}".rstrip() + ")"
+            reason = ref.replay_reason + (shadow if decided else "")
+            await self._dead_letter(request, policy, reason, ALLOW_LIST_STEP, 0)
+            self._lettered_for_replay.append(request)
 
     async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
         try:
@@ -657,6 +768,7 @@ class LedgerDeletionWorkflow:
                 schedule_to_start_timeout=timedelta(seconds=policy.ack_schedule_to_start_seconds),
                 start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.ACK_MESSAGES)),
                 retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
+                summary=f"{Step.ACK_MESSAGES.value}: {len(ids)} message(s) held by {queue}"[:200],
             )
             return result
         except ActivityError as err:
@@ -664,9 +776,10 @@ class LedgerDeletionWorkflow:
             return None
 
     async def _activity(
-        self, step: Step, arg: Any, result_type: type[_R], queue: str, policy: DeletionPolicy
+        self, step: Step, arg: Any, result_type: type[_R], queue: str, policy: DeletionPolicy, subject: str
     ) -> _R:
-        """A step that changes something, on the task queue of the pool that holds the right to."""
+        """A step on the task queue of the pool that holds the right to it (to delete, or to read S3);
+        ``subject`` names what it acts on in its summary."""
         self._step = step
         try:
             result: _R = await workflow.execute_activity(
@@ -676,11 +789,50 @@ class LedgerDeletionWorkflow:
                 task_queue=queue,
                 start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(step)),
                 retry_policy=_retry_policy(policy.retry_for(step)),
+                summary=f"{step.value}: {subject}"[:200],
             )
             return result
         except ActivityError as err:
-            self._failed(step, err)
+            if _pause_note(err) is None:  # the kill switch is no failure of the step
+                self._failed(step, err)
             raise
+
+    async def _destructive(
+        self, step: Step, arg: Any, result_type: type[_R], queue: str, policy: DeletionPolicy, subject: str
+    ) -> _R | None:
+        """A delete; None when the kill switch refused it and the run has waited until it was turned off.
+
+        The check is the activity's own, at its start (``DeletionPaused``, never retried by Temporal), so a
+        run that is not paused pays nothing for it. The caller checks the ledger again before it retries:
+        a pause may last hours.
+        """
+        try:
+            return await self._activity(step, arg, result_type, queue, policy, subject)
+        except ActivityError as err:
+            note = _pause_note(err)
+            if note is None:
+                raise
+        previous = self._step
+        self._step = Step.PAUSED
+        self._tell(
+            f"paused: {note}. The delete waits for `ledger-deletion resume` (it looks again in "
+            f"{self._pause_backstop(policy):g} s if no resume comes)"
+        )
+        workflow.upsert_search_attributes([sa.DELETION_STEP.value_set(Step.PAUSED.value)])
+        self._resumed = False
+        # Past the backstop, try again all the same: the activity says whether the switch is still on.
+        with contextlib.suppress(asyncio.TimeoutError):  # noqa: UP041 - TimeoutError is Temporal's here
+            await workflow.wait_condition(
+                lambda: self._resumed,
+                timeout=timedelta(seconds=self._pause_backstop(policy)),
+                timeout_summary=Step.PAUSED.value,
+            )
+        self._pause_wait = min(self._pause_backstop(policy) * 2, policy.pause_recheck_max_seconds)
+        self._step = previous
+        return None
+
+    def _pause_backstop(self, policy: DeletionPolicy) -> float:
+        return self._pause_wait or policy.pause_recheck_seconds
 
     async def _check(
         self, step: Step, arg: Any, result_type: type[_R], policy: DeletionPolicy, subject: str
@@ -737,8 +889,8 @@ def _unsettled(req: PendingDeleteLedgerInfo, verified: VerifyBkMetadataResult) -
     return None
 
 
-def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
-    """Make the outcome searchable (``DeletionOutcome``, ``DeletionStep``).
+def _publish_outcome(final: Decision) -> None:
+    """Make the outcome searchable (``DeletionOutcome``, ``DeletionStep``, ``DeletionBytes``).
 
     Written in the workflow task that completes the run, it goes into the close record the server writes
     anyway; written in an earlier task, before the acks, it costs a visibility write of its own. The acks
@@ -747,16 +899,27 @@ def _publish_outcome(outcome: Outcome, failed_step: str) -> None:
     """
     workflow.upsert_search_attributes(
         [
-            sa.DELETION_OUTCOME.value_set(outcome.value),
-            sa.DELETION_STEP.value_set(failed_step or Step.DONE.value),
+            sa.DELETION_OUTCOME.value_set(final.outcome.value),
+            sa.DELETION_STEP.value_set(final.failed_step or Step.DONE.value),
+            sa.DELETION_BYTES.value_set(final.bytes),
         ]
     )
+
+
+def _pause_note(err: BaseException) -> str | None:
+    """The kill switch's note when a delete was refused because deletions are paused, else None."""
+    cause = err.cause if isinstance(err, ActivityError) else None
+    if isinstance(cause, ApplicationError) and cause.type == DeletionPaused.__name__:
+        return cause.message
+    return None
 
 
 _WEIGHT: Mapping[Outcome, int] = MappingProxyType(
     {  # what happened to the ledger first, then what needs an operator, then why it was left alone
         Outcome.DELETED: 0,
+        Outcome.WOULD_DELETE: 0,
         Outcome.DEAD_LETTERED: 1,
+        Outcome.WOULD_DEAD_LETTER: 1,
         Outcome.ALREADY_DELETED: 2,
         Outcome.SKIPPED_IN_USE: 3,
         Outcome.SKIPPED_METADATA_MISMATCH: 4,

@@ -174,7 +174,7 @@ class ZooKeeperSession:
                     client.close()
                     raise AuthorizationError(
                         f"ZooKeeper {self.hosts} requires a SASL login it did not get "
-                        f"({type(exc).__name__}): check LEDGER_DELETION_ZOOKEEPER_SASL"
+                        f"({type(exc).__name__}): check LEDGER_DELETION_ZOOKEEPER_SASL or _READ_SASL"
                     ) from exc
                 except KazooException as exc:
                     client.close()
@@ -200,7 +200,11 @@ class ZooKeeperSession:
 
     def _sasl_hint(self) -> str:
         # The server drops a connection whose SASL login fails: to the client it is a connection lost.
-        return " (or a SASL login it refused: LEDGER_DELETION_ZOOKEEPER_SASL)" if self._security.sasl else ""
+        return (
+            " (or a SASL login it refused: LEDGER_DELETION_ZOOKEEPER_SASL or _READ_SASL)"
+            if self._security.sasl
+            else ""
+        )
 
     @contextmanager
     def translated(self) -> Iterator[None]:
@@ -211,7 +215,7 @@ class ZooKeeperSession:
         except SessionClosedRequireSaslError as exc:  # enforce.auth.schemes=sasl, and no login was made
             raise AuthorizationError(
                 f"ZooKeeper {self.hosts} requires a SASL login it did not get: check "
-                "LEDGER_DELETION_ZOOKEEPER_SASL"
+                "LEDGER_DELETION_ZOOKEEPER_SASL or _READ_SASL"
             ) from exc
         except (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError) as exc:
             raise MetadataStoreUnavailable(

@@ -125,6 +125,22 @@ INFLIGHT_BACKLOG_MEASURED = Instrument(
     "it (the estimate then counts running workflows only)",
     (),
 )
+DELETIONS_PAUSED = Instrument(
+    "ledger_deletion_deletions_paused",
+    "gauge",
+    "1",
+    "1 while the kill switch (ledger-deletion pause) is on as this deleting process last read it, 0 while "
+    "it is off",
+    ("pool",),
+)
+KILL_SWITCH_AGE = Instrument(
+    "ledger_deletion_kill_switch_age",
+    "gauge",
+    "s",
+    "Seconds since this deleting process last read the kill switch; past LEDGER_DELETION_KILL_SWITCH_STALE_"
+    "SECONDS it deletes nothing",
+    ("pool",),
+)
 INSTRUMENTS = (
     REQUESTS_RECEIVED,
     REQUESTS_COMPLETED,
@@ -139,6 +155,8 @@ INSTRUMENTS = (
     PENDING_ACKS,
     INFLIGHT_ESTIMATE,
     INFLIGHT_BACKLOG_MEASURED,
+    DELETIONS_PAUSED,
+    KILL_SWITCH_AGE,
 )
 
 
@@ -180,6 +198,10 @@ class Metrics:
         self._inflight_lock = threading.Lock()
         _gauge(meter, INFLIGHT_ESTIMATE, self._observe_inflight)
         _gauge(meter, INFLIGHT_BACKLOG_MEASURED, self._observe_backlog_measured)
+        # The kill switch as each deleting pool of this process last read it (kill_switch.Watch).
+        self._switches: dict[object, tuple[str, Callable[[], bool | None], Callable[[], float | None]]] = {}
+        _gauge(meter, DELETIONS_PAUSED, self._observe_paused)
+        _gauge(meter, KILL_SWITCH_AGE, self._observe_switch_age)
 
     # --- counters ------------------------------------------------------------------------------------------
 
@@ -229,6 +251,38 @@ class Metrics:
                 self._pending_sources.pop(key, None)
 
         return unregister
+
+    def observe_kill_switch(
+        self, pool: str, paused: Callable[[], bool | None], age: Callable[[], float | None]
+    ) -> Callable[[], None]:
+        """Report the kill switch as ``pool`` last read it; returns the unregister function."""
+        key = object()
+        with self._sources_lock:
+            self._switches[key] = (pool, paused, age)
+
+        def unregister() -> None:
+            with self._sources_lock:
+                self._switches.pop(key, None)
+
+        return unregister
+
+    def _observe_paused(self, _: CallbackOptions) -> Iterable[Observation]:
+        with self._sources_lock:
+            switches = list(self._switches.values())
+        return [
+            Observation(int(state), {"pool": pool})
+            for pool, paused, _ in switches
+            if (state := paused()) is not None
+        ]
+
+    def _observe_switch_age(self, _: CallbackOptions) -> Iterable[Observation]:
+        with self._sources_lock:
+            switches = list(self._switches.values())
+        return [
+            Observation(seconds, {"pool": pool})
+            for pool, _, age in switches
+            if (seconds := age()) is not None
+        ]
 
     def inflight_estimated(self, per_tenant: Mapping[str, int], backlog_measured: bool) -> None:
         """Record a fresh in-flight estimate. A tenant seen before and absent now is reported as 0, so its

@@ -1,4 +1,5 @@
-"""``list``, ``show``, ``inflight`` and ``dlq list|replay``: tables for people, ``-o json`` for scripts.
+"""``list``, ``show``, ``report``, ``inflight``, ``pause``, ``resume`` and ``dlq list|replay``: tables for
+people, ``-o json`` for scripts.
 
 Settings come from the environment, read once here (the edge), like every other command.
 """
@@ -30,6 +31,11 @@ def _console() -> Console:
 class Output(StrEnum):
     table = "table"
     json = "json"
+
+
+class ModeChoice(StrEnum):
+    live = "live"
+    shadow = "shadow"
 
 
 OutputOption = Annotated[
@@ -81,12 +87,19 @@ def list_deletions(
         str | None,
         typer.Option(
             help="DELETED, ALREADY_DELETED, SKIPPED_IN_USE, SKIPPED_METADATA_MISMATCH, "
-            "SKIPPED_NOT_PULSAR or DEAD_LETTERED."
+            "SKIPPED_NOT_PULSAR, DEAD_LETTERED, and in shadow WOULD_DELETE or WOULD_DEAD_LETTER."
         ),
     ] = None,
     topic: Annotated[str | None, typer.Option(help="Exact topic name, e.g. public/default/orders.")] = None,
     tenant: Annotated[str | None, typer.Option(help="Pulsar tenant.")] = None,
     running: Annotated[bool, typer.Option("--running", help="Only deletions still in progress.")] = False,
+    mode: Annotated[
+        ModeChoice | None,
+        typer.Option(help="Only live deletions, or only shadow runs (which delete nothing)."),
+    ] = None,
+    step: Annotated[
+        str | None, typer.Option(help="Current step, e.g. paused, wait_in_use (the DeletionStep attribute).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="At most this many rows (newest first).")] = 200,
     output: OutputOption = Output.table,
     as_json: JsonOption = False,
@@ -100,7 +113,14 @@ def list_deletions(
     from ledger_deletion.ops.deletions import visibility_query
 
     settings = load_settings(require=TEMPORAL)
-    query = visibility_query(outcome=outcome, topic=topic, tenant=tenant, running=running)
+    query = visibility_query(
+        outcome=outcome,
+        topic=topic,
+        tenant=tenant,
+        running=running,
+        mode=mode.value if mode else None,
+        step=step,
+    )
 
     async def run() -> list[Any]:
         return await fetch(await _client(settings), query, limit)
@@ -110,7 +130,7 @@ def list_deletions(
         _emit_json({"query": query, "deletions": [r.as_json() for r in rows]})
         return
     table = Table(title=f"{len(rows)} deletion(s)", expand=False)
-    for column in ("ledger", "type", "component", "topic", "status", "step", "outcome", "started"):
+    for column in ("ledger", "type", "component", "topic", "mode", "status", "step", "outcome", "started"):
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(
@@ -118,6 +138,7 @@ def list_deletions(
             row.ledger_type,
             row.component,
             row.topic,
+            row.mode,
             row.status,
             row.step,
             row.outcome,
@@ -205,6 +226,125 @@ def show(
                 step.error,
             )
         _console().print(table)
+
+
+# --- report ----------------------------------------------------------------------------------------------
+
+
+def report(
+    mode: Annotated[
+        ModeChoice, typer.Option(help="shadow: what live mode would delete; live: what was deleted.")
+    ] = ModeChoice.shadow,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant.")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace (tenant/namespace).")] = None,
+    ledgers: Annotated[bool, typer.Option("--ledgers", help="List the ledger ids in the table too.")] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """What live mode would delete (shadow, the default) or has deleted (live), per tenant and namespace.
+
+    Counts each workflow's latest run: ledgers and offloaded ledgers (would be) deleted, their bytes where
+    metadata gives them (BookKeeper's ledger length, the objects' sizes from HEAD), and every other outcome.
+    Read from Temporal visibility; the query is printed under the table for the Temporal UI.
+    """
+    from ledger_deletion.contracts import Mode
+    from ledger_deletion.ops.report import report as fetch
+
+    settings = load_settings(require=TEMPORAL)
+
+    async def run() -> Any:
+        return await fetch(await _client(settings), Mode(mode.value), tenant=tenant, namespace=namespace)
+
+    found = asyncio.run(run())
+    if output is Output.json:
+        _emit_json(found.as_json())
+        return
+    title = "what live mode would delete" if found.mode.value == "shadow" else "what was deleted"
+    table = Table(title=f"{title} ({found.deleting.value})")
+    for column in ("tenant", "namespace", "ledgers", "offloaded", "bytes", "other outcomes"):
+        table.add_column(column, justify="right" if column in ("ledgers", "offloaded", "bytes") else "left")
+    for _, entry in sorted(found.namespaces.items()):
+        others = ", ".join(f"{k} {v}" for k, v in sorted(entry.outcomes.items()) if k != found.deleting.value)
+        ids = f" ({', '.join(map(str, sorted(entry.ledgers + entry.offloaded)))})" if ledgers else ""
+        table.add_row(
+            entry.tenant,
+            entry.namespace + ids,
+            str(len(entry.ledgers)),
+            str(len(entry.offloaded)),
+            _bytes(entry.bytes),
+            others,
+        )
+    table.add_row("[bold]total[/bold]", "", str(found.ledgers), str(found.offloaded), _bytes(found.bytes), "")
+    _console().print(table)
+    _console().print(f"[dim]query: {found.query}[/dim]", soft_wrap=True)
+
+
+def _bytes(count: int) -> str:
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
+# --- pause / resume ---------------------------------------------------------------------------------------
+
+
+def pause(
+    reason: Annotated[
+        str, typer.Option(help="Why, for the note others will read (e.g. an incident id).")
+    ] = "",
+    show: Annotated[bool, typer.Option("--show", help="Only show whether deletes are paused.")] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """Stop every delete of this deployment within seconds (the kill switch); checks keep running.
+
+    Runs that reach their delete wait, visibly (DeletionStep=paused), holding their messages: nothing is
+    lost or dead-lettered. The switch is a Temporal Schedule, <prefix>-kill-switch: without this CLI, pause
+    it in the Temporal UI (Schedules) or with `temporal schedule toggle --schedule-id <prefix>-kill-switch
+    --pause --reason ...`.
+    """
+    from ledger_deletion import kill_switch
+    from ledger_deletion.ops import pause as switch
+
+    settings = load_settings(require=TEMPORAL)
+
+    async def run() -> Any:
+        client = await _client(settings)
+        if show:
+            return await switch.state(client, settings)
+        return await switch.pause(client, settings, reason, kill_switch.operator())
+
+    _report_switch(asyncio.run(run()), output)
+
+
+def resume(output: OutputOption = Output.table) -> None:
+    """Turn the kill switch off, and signal every run waiting on it to delete now."""
+    from ledger_deletion import kill_switch
+    from ledger_deletion.ops import pause as switch
+
+    settings = load_settings(require=TEMPORAL)
+
+    async def run() -> Any:
+        return await switch.resume(await _client(settings), settings, kill_switch.operator())
+
+    _report_switch(asyncio.run(run()), output)
+
+
+def _report_switch(found: Any, output: Output) -> None:
+    if output is Output.json:
+        _emit_json(found.as_json())
+        return
+    _console().print(f"kill switch {found.switch_id}: {found.state.describe()}")
+    if found.waiting_runs or found.signal_failures:
+        _console().print(
+            f"signalled {found.waiting_runs} waiting run(s) to resume"
+            + (
+                f"; {found.signal_failures} not reached (they resume at their next look)"
+                if found.signal_failures
+                else ""
+            )
+        )
 
 
 # --- inflight --------------------------------------------------------------------------------------------
@@ -384,5 +524,8 @@ def mount(app: typer.Typer) -> None:
     """Add the operator commands to the main ``ledger-deletion`` app."""
     app.command(name="list")(list_deletions)
     app.command(name="show")(show)
+    app.command(name="report")(report)
     app.command(name="inflight")(inflight)
+    app.command(name="pause")(pause)
+    app.command(name="resume")(resume)
     app.add_typer(dlq_app, name="dlq")

@@ -33,6 +33,9 @@ def visibility_query(
     namespace: str | None = None,
     running: bool = False,
     ledger_id: int | None = None,
+    mode: str | None = None,
+    step: str | None = None,
+    task_queue: str | None = None,
 ) -> str:
     """The Temporal visibility query for the filters (the same text works in the UI's search box)."""
     clauses = [f"WorkflowType = {_literal(WORKFLOW_TYPE)}"]
@@ -48,6 +51,12 @@ def visibility_query(
         clauses.append('ExecutionStatus = "Running"')
     if ledger_id is not None:
         clauses.append(f"{sa.LEDGER_ID.name} = {int(ledger_id)}")
+    if mode:
+        clauses.append(f"{sa.DELETION_MODE.name} = {_literal(mode.lower())}")
+    if step:
+        clauses.append(f"{sa.DELETION_STEP.name} = {_literal(step)}")
+    if task_queue:
+        clauses.append(f"TaskQueue = {_literal(task_queue)}")
     return " AND ".join(clauses)
 
 
@@ -66,6 +75,8 @@ class DeletionRow:
     outcome: str
     started: datetime | None
     closed: datetime | None
+    mode: str = ""
+    bytes: int | None = None  # DELETED: freed; WOULD_DELETE: would be (where metadata says)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -91,6 +102,8 @@ def row_of(execution: WorkflowExecution) -> DeletionRow:
         outcome=attrs.get(sa.DELETION_OUTCOME) or "",
         started=execution.start_time,
         closed=execution.close_time,
+        mode=attrs.get(sa.DELETION_MODE) or "",
+        bytes=attrs.get(sa.DELETION_BYTES),
     )
 
 

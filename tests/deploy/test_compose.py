@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 import jsonschema
 import pytest
 
-from ledger_deletion.settings import POOLS, WATCH_ENDPOINTS
+from ledger_deletion.connections import DELETING_LOGINS
+from ledger_deletion.settings import POOL_DELETES, POOLS, WATCH_ENDPOINTS, env_name
 from tests.deploy.support import (
     DEPLOY,
     ENDPOINT_FIELDS,
@@ -252,6 +253,16 @@ def test_no_secret_values_are_written_into_the_compose_file() -> None:
         for service in services().values():
             value = (service.get("environment") or {}).get(name)
             assert value is None or str(value).startswith("${"), name
+
+
+def test_only_the_bookkeeper_pool_may_be_given_the_deleting_zookeeper_login() -> None:
+    """docs/security.md: a service that deletes no ledger refuses to start with it, so none is given it."""
+    deleting = {env_name(name) for name in DELETING_LOGINS}
+    allowed = {POOL_SERVICES[pool] for pool, stores in POOL_DELETES.items() if "zookeeper" in stores}
+    assert allowed == {POOL_SERVICES["bookkeeper"]}
+    for name, service in ours().items():
+        if name not in allowed:
+            assert not set(service.get("environment") or {}) & deleting, name
 
 
 # --- the Pulsar cluster and the store the service shares with it ------------------------------------------

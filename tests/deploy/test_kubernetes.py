@@ -6,6 +6,7 @@ it configures and the apache/pulsar-helm-chart release it runs beside."""
 from __future__ import annotations
 
 import base64
+import copy
 import re
 import shutil
 import subprocess
@@ -20,7 +21,8 @@ import kubernetes_validate
 import pytest
 from kubernetes_validate.utils import latest_version
 
-from ledger_deletion.settings import POOLS, Settings
+from ledger_deletion.connections import DELETING_LOGINS, LOGINS
+from ledger_deletion.settings import POOL_DELETES, POOLS, Settings, env_name
 from tests.deploy.support import (
     DEPLOY,
     ENDPOINT_FIELDS,
@@ -265,6 +267,137 @@ def test_search_attributes_are_registered_before_a_workflow_can_start(overlay: s
     assert init["args"] == ["setup"] and init["envFrom"] == spec["containers"][0]["envFrom"]
     for pool, deployment in pool_deployments(overlay).items():
         assert pool == "pulsar" or "initContainers" not in pod_spec(deployment)
+
+
+# --- least privilege (docs/security.md) --------------------------------------------------------------------
+
+# The Deployments that delete: one per pool that deletes somewhere (ledger_deletion.settings.POOL_DELETES).
+DELETING_WORKLOADS = {f"ledger-deletion-{pool}" for pool in POOL_DELETES}
+DELETER = "ledger-deletion-deleter"  # the Secret (a generator's name gets a hash suffix) and ServiceAccount
+# The ZooKeeper logins that may delete ledgers: the ones a process without the bookkeeper pool refuses.
+DELETING_VARIABLES = {env_name(name) for name in DELETING_LOGINS}
+AWS_KEYS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+
+
+def containers(workload: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod_spec(workload)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+def secret_refs(workload: dict[str, Any]) -> dict[str, str]:
+    """Each Secret a workload's pods read, with where: env, envFrom and volumes."""
+    refs: dict[str, str] = {}
+    for container in containers(workload):
+        for source in container.get("envFrom", []):
+            if "secretRef" in source:
+                refs[source["secretRef"]["name"]] = f"{container['name']}: envFrom"
+        for variable in container.get("env", []):
+            ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                refs[ref["name"]] = f"{container['name']}: {variable['name']}"
+    for volume in pod_spec(workload).get("volumes", []):
+        sources = [volume] + volume.get("projected", {}).get("sources", [])
+        for source in sources:
+            if "secret" in source:
+                refs[source["secret"].get("secretName") or source["secret"]["name"]] = (
+                    f"volume {volume['name']}"
+                )
+    return refs
+
+
+def variables_set(overlay: str, workload: dict[str, Any]) -> set[str]:
+    """Every variable a workload's containers get: env, and the keys of the ConfigMaps and Secrets they take
+    whole (those the overlay renders; a Secret made outside it is checked by the service at start-up)."""
+    rendered = {d["metadata"]["name"]: d for d in render(overlay) if d["kind"] in ("ConfigMap", "Secret")}
+    names: set[str] = set()
+    for container in containers(workload):
+        names |= {variable["name"] for variable in container.get("env", [])}
+        for source in container.get("envFrom", []):
+            ref = source.get("configMapRef") or source.get("secretRef") or {}
+            found = rendered.get(ref.get("name", ""), {})
+            names |= set(found.get("data", {})) | set(found.get("stringData", {}))
+    return names
+
+
+def deleting_credentials(overlay: str, workload: dict[str, Any]) -> list[str]:
+    """What a workload holds of the deleters' credentials: their Secret, their ServiceAccount, or a deleting
+    ZooKeeper login."""
+    found = [
+        f"{where} reads Secret {name}"
+        for name, where in secret_refs(workload).items()
+        if name.startswith(DELETER)
+    ]
+    if pod_spec(workload).get("serviceAccountName") == DELETER:
+        found.append(f"runs as ServiceAccount {DELETER}")
+    found += [f"sets {name}" for name in sorted(variables_set(overlay, workload) & DELETING_VARIABLES)]
+    return found
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_no_workload_that_deletes_nothing_holds_a_deleting_credential(overlay: str) -> None:
+    names = {w["metadata"]["name"] for w in workloads(overlay)}
+    assert names >= DELETING_WORKLOADS
+    assert len(names - DELETING_WORKLOADS) >= 5  # workflow, pulsar, watch, setup, reconcile at least
+    for workload in workloads(overlay):
+        name = workload["metadata"]["name"]
+        if name not in DELETING_WORKLOADS:
+            assert not deleting_credentials(overlay, workload), (
+                name,
+                deleting_credentials(overlay, workload),
+            )
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_deleting_pool_holds_only_its_own_stores_deleting_credential(overlay: str) -> None:
+    pools = pool_deployments(overlay)
+    bookkeeper, offload = pools["bookkeeper"], pools["offload"]
+    (worker,) = pod_spec(bookkeeper)["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in worker["env"] if "valueFrom" in e}
+    assert {name for name, ref in refs.items() if ref["name"].startswith(DELETER)} == DELETING_VARIABLES
+    assert not variables_set(overlay, bookkeeper) & AWS_KEYS  # no S3 keys, and no S3 delete role
+    assert pod_spec(bookkeeper)["serviceAccountName"] != DELETER
+    (worker,) = pod_spec(offload)["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in worker["env"] if "valueFrom" in e}
+    assert {name for name, ref in refs.items() if ref["name"].startswith(DELETER)} == AWS_KEYS
+    assert pod_spec(offload)["serviceAccountName"] == DELETER
+    assert not variables_set(overlay, offload) & {env_name(name) for name in LOGINS}  # no ZooKeeper login
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_readers_take_the_reading_logins(overlay: str) -> None:
+    for name in ("ledger-deletion-workflow", "ledger-deletion-watch"):
+        (worker,) = pod_spec(named(overlay, "Deployment", name))["containers"]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["name"] for e in worker["env"] if "valueFrom" in e}
+        for variable in ("LEDGER_DELETION_ZOOKEEPER_READ_DIGEST", "LEDGER_DELETION_ZOOKEEPER_READ_SASL"):
+            assert refs[variable].startswith("ledger-deletion-reader"), (name, variable)
+
+
+def test_production_gives_each_side_its_own_s3_role() -> None:
+    """IRSA: the deleter's role (deploy/iam/offload-deleter.json) only on the offload pool's account."""
+    role = {
+        account["metadata"]["name"]: account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+        for account in of_kind("production", "ServiceAccount")
+    }
+    assert role[DELETER] != role["ledger-deletion-reader"]
+    assert role["ledger-deletion-spark"] == role["ledger-deletion-reader"]  # reconcile's driver reads S3
+    accounts = {pod_spec(w).get("serviceAccountName") for w in workloads("production")}
+    assert accounts == {"ledger-deletion-reader", DELETER, "ledger-deletion-spark"}
+
+
+def test_the_check_catches_a_reader_given_the_deleters_secret_or_login() -> None:
+    workflow = named("production", "Deployment", "ledger-deletion-workflow")
+    assert not deleting_credentials("production", workflow)
+    leaked = copy.deepcopy(workflow)
+    pod_spec(leaked)["containers"][0]["envFrom"].append({"secretRef": {"name": DELETER}})
+    assert deleting_credentials("production", leaked)
+    leaked = copy.deepcopy(workflow)
+    pod_spec(leaked)["containers"][0]["env"].append(
+        {"name": "LEDGER_DELETION_ZOOKEEPER_SASL", "value": "x:y"}
+    )
+    assert deleting_credentials("production", leaked) == ["sets LEDGER_DELETION_ZOOKEEPER_SASL"]
+    leaked = copy.deepcopy(workflow)
+    pod_spec(leaked)["serviceAccountName"] = DELETER
+    assert deleting_credentials("production", leaked)
 
 
 # --- beside the Pulsar Helm chart -------------------------------------------------------------------------

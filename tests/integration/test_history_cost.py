@@ -25,10 +25,11 @@ from temporalio.client import Client
 
 from bench.histories import count_history
 from devstack.cluster import LEDGER_LIFETIME_MS, SimulatedCluster, SimulatedTopic
-from ledger_deletion.contracts import Outcome
+from ledger_deletion.contracts import Mode, Outcome
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+from ledger_deletion.rollout import workflow_id
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from tests.helpers import running_pools, wait_for_result
@@ -257,3 +258,31 @@ async def test_a_delete_out_of_retries_is_dead_lettered(
         assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "delete_offload_segment"
         cost = await cost_of(temporal_client, request.workflow_id)
     assert cost == Cost(events=27, workflow_tasks=4, markers=3, activity_tasks=3, timers=0, actions=7)
+
+
+async def test_a_shadow_decision_costs_less_than_the_deletion_it_stands_for(
+    settings: Settings, temporal_client: Client, zk: Any, s3: Any, stack: Any
+) -> None:
+    """The happy path in shadow mode: the same checks, no delete activity, so one workflow task fewer. A live
+    run pays nothing for the mode (``test_a_happy_path_deletion_costs_three_workflow_tasks``)."""
+    run = uuid.uuid4().hex[:6]
+    shadow = settings.with_overrides(
+        topic=f"{settings.topic}-cost-shadow-{run}",
+        task_queue_prefix=f"{settings.task_queue_prefix}-cost-shadow-{run}",
+        mode=Mode.SHADOW,
+    )
+    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+    topic = f"cost/ns-{run}/shadow"
+    trimmed, current = cluster.new_ledger_ids(2)
+    cluster.create_topic(topic, [trimmed, current])
+    async with running_pools(shadow, temporal_client):
+        (request,) = cluster.requests_for_trim(topic, [trimmed])
+        cluster.remove_ledgers_from_metadata(topic, [trimmed])
+        with RequestPublisher(shadow) as publisher:
+            publisher.publish(request)
+        shadow_id = workflow_id(request, Mode.SHADOW)
+        result = await wait_for_result(temporal_client, shadow_id, timeout=120)
+        assert result.outcome is Outcome.WOULD_DELETE, result
+        cost = await cost_of(temporal_client, shadow_id)
+    print(f"shadow happy path: {cost}")
+    assert cost == Cost(events=15, workflow_tasks=2, markers=3, activity_tasks=1, timers=0, actions=4)

@@ -13,6 +13,7 @@ import pytest
 from temporalio.client import Client
 
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore
+from ledger_deletion.contracts import Mode
 from ledger_deletion.settings import Settings
 from tests.helpers import running_pools
 
@@ -51,8 +52,27 @@ async def test_each_pool_runs_only_its_own_steps(settings: Settings, temporal_cl
         assert not any(hasattr(c, "delete") for c in readers)
         bookkeeper = config[custom.task_queue("bookkeeper")]
         assert _names(bookkeeper.get("activities")) == {"delete_bk_ledger"}
-        assert [type(c) for c in _holders(bookkeeper.get("activities"))] == [LedgerStore]
-        assert _names(config[custom.task_queue("offload")].get("activities")) == {"delete_offload_segment"}
+        store, may_delete = _holders(bookkeeper.get("activities"))
+        assert type(store) is LedgerStore
+        # Each delete asks the kill switch first, as this process reads it.
+        assert running.kill_switch is not None and may_delete == running.kill_switch.check
+        # A live process inspects too: it runs a request outside its live allow-list in shadow.
+        offload = _names(config[custom.task_queue("offload")].get("activities"))
+        assert offload == {"delete_offload_segment", "inspect_offload_segment"}
+
+
+async def test_a_shadow_process_registers_no_delete(settings: Settings, temporal_client: Client) -> None:
+    custom = settings.with_overrides(
+        task_queue_prefix=f"{settings.task_queue_prefix}-rights-shadow", mode=Mode.SHADOW
+    )
+    pools = ("workflow", "bookkeeper", "offload")
+    async with running_pools(custom, temporal_client, pools=pools) as running:
+        config = {w.config().get("task_queue"): w.config() for w in running.workers}
+        # Its own queues; the bookkeeper pool has nothing to run, the offload pool only looks (HEAD).
+        assert sorted(config) == sorted(custom.task_queue(p) for p in ("workflow", "offload"))
+        assert all("-shadow-" in queue for queue in config)
+        assert _names(config[custom.task_queue("offload")].get("activities")) == {"inspect_offload_segment"}
+        assert running.kill_switch is None
 
 
 async def test_the_pulsar_pool_publishes_dead_letters_and_acks_only(

@@ -292,7 +292,10 @@ async def test_replay_needs_exactly_one_selector(cli_env: dict[str, str]) -> Non
     assert result.exit_code == 2
 
 
-@pytest.mark.parametrize("command", [["list"], ["show"], ["inflight"], ["dlq", "list"], ["dlq", "replay"]])
+@pytest.mark.parametrize(
+    "command",
+    [["list"], ["show"], ["inflight"], ["dlq", "list"], ["dlq", "replay"], ["report"], ["pause"], ["resume"]],
+)
 def test_every_command_has_help(command: list[str]) -> None:
     result = CliRunner().invoke(app, [*command, "--help"])
     assert result.exit_code == 0 and "Usage" in result.output

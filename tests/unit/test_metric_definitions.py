@@ -39,9 +39,11 @@ def test_every_instrument_is_recorded_with_the_labels_it_declares() -> None:
     recorder.step_finished(labels, "check_topic", 0.01, ok=True)
     unregister = recorder.observe_pending_acks("pulsar", lambda: 3)
     recorder.inflight_estimated({"acme": 4}, backlog_measured=True)
+    unregister_switch = recorder.observe_kill_switch("bookkeeper", lambda: True, lambda: 1.5)
 
     recorded = _recorded(reader)
     unregister()
+    unregister_switch()
 
     declared = {instrument.name: {tuple(sorted(instrument.labels))} for instrument in INSTRUMENTS}
     assert recorded == declared

@@ -7,14 +7,19 @@ them.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import NoReturn
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
 from tests.workflow.environment import start_environment
+from tests.workflow.test_workflow_logic import Fakes, Harness
+from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +36,19 @@ async def workflow_environment() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 def temporal_client(workflow_environment: WorkflowEnvironment) -> Client:
     return workflow_environment.client
+
+
+@pytest.fixture
+async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
+    """A worker of the workflow with the fake activities (``Fakes``), on a task queue of its own."""
+    fakes = Fakes()
+    queue = f"wf-test-{uuid.uuid4().hex[:8]}"
+    with ThreadPoolExecutor(max_workers=8) as executor:
+        async with Worker(
+            temporal_client,
+            task_queue=queue,
+            workflows=[LedgerDeletionWorkflow],
+            activities=fakes.activities(),
+            activity_executor=executor,
+        ):
+            yield Harness(temporal_client, queue, fakes)

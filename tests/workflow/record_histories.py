@@ -26,7 +26,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, RetrySpec, Verdict
+from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, Mode, RetrySpec, Verdict
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from tests.workflow.environment import start_environment
 from tests.workflow.test_workflow_logic import (
@@ -50,12 +50,14 @@ class Shape:
 
     ``join_in_first_task``: the second message is signalled with the start, so the first workflow task, which
     runs the first round of checks, sees it. ``policy``: ``DeletionPolicy`` fields the shape changes.
+    ``mode``: the run's (``DeletionInput.mode``).
     """
 
     request: PendingDeleteLedgerInfo
     fakes: dict[str, Any] = field(default_factory=dict)
     join_in_first_task: bool = False
     policy: dict[str, Any] = field(default_factory=dict)
+    mode: Mode = Mode.LIVE
 
 
 SHAPES: dict[str, Shape] = {
@@ -119,6 +121,17 @@ SHAPES: dict[str, Shape] = {
     ),
     # A check fails for good: dead-lettered with the check as the failed step, then acked.
     "check_failed": Shape(data_request(901), {"topic_failures": 1, "topic_failure_permanent": True}),
+    # Shadow mode: every check, then what a live run would delete, and no delete.
+    "shadow_would_delete": Shape(data_request(901), mode=Mode.SHADOW),
+    "shadow_offloaded": Shape(offload_request(900), mode=Mode.SHADOW),
+    # The kill switch refuses the delete twice; no resume signal comes, the run's backstop timer looks again.
+    "paused_then_deleted": Shape(
+        data_request(901),
+        {"paused_deletes": 2},
+        policy={"pause_recheck_seconds": 0.3, "pause_recheck_max_seconds": 0.6},
+    ),
+    # A live process's request outside its live allow-list: decided in shadow, dead-lettered for replay.
+    "outside_allow_list": Shape(data_request(901), mode=Mode.SHADOW),
 }
 
 
@@ -138,6 +151,9 @@ def _messages(
     if name == "joined_asks_check":
         asks = replace(request, check_ledger_still_in_use=True)
         return request, [MessageRef("m-1", queue), MessageRef("m-2", queue, request=asks)]
+    if name == "outside_allow_list":
+        why = "public is outside the live allow-list (LEDGER_DELETION_LIVE_ALLOW)"
+        return request, [MessageRef("m-1", queue, replay_reason=why)]
     return request, [MessageRef("m-1", queue), MessageRef("m-2", queue)]
 
 
@@ -158,7 +174,7 @@ async def record_shape(client: Client, name: str) -> int:
             harness = Harness(client, queue, fakes)
             policy = replace(harness.policy, **shape.policy)
             handle = await harness.start(
-                own, refs=refs, policy=policy, join_in_first_task=shape.join_in_first_task
+                own, refs=refs, policy=policy, join_in_first_task=shape.join_in_first_task, mode=shape.mode
             )
             await asyncio.wait_for(handle.result(), timeout=60)
     history = await handle.fetch_history()

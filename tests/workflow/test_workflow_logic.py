@@ -11,8 +11,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -22,7 +21,6 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import Worker
 
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.contracts import (
@@ -42,7 +40,9 @@ from ledger_deletion.contracts import (
     DeletionInput,
     DeletionPolicy,
     DeletionResult,
+    InspectOffloadResult,
     MessageRef,
+    Mode,
     OffloadListedInput,
     OffloadListedResult,
     OffloadSupersededInput,
@@ -94,6 +94,8 @@ class Fakes:
         default_factory=lambda: [DeleteBkLedgerStatus.DELETED]
     )
     delete_error: str | None = None
+    # The first this many deletes (either kind) are refused by the kill switch, as the pools' Watch does.
+    paused_deletes: int = 0
     offload_outcome: Outcome = Outcome.DELETED
     calls: Counter[str] = field(default_factory=Counter)
     # Per activity name: (start-to-close timeout in seconds, run as a local activity) of its last call.
@@ -175,9 +177,20 @@ class Fakes:
             listed = queue.pop(0) if len(queue) > 1 else queue[0]
             return OffloadListedResult("its managed ledger lists it offloaded under its uuid" * listed)
 
+        def refuse_while_paused() -> None:
+            deletes = fakes.calls["delete_bk_ledger"] + fakes.calls["delete_offload_segment"]
+            if deletes <= fakes.paused_deletes:
+                raise ApplicationError(
+                    "paused by sre@host: canary check",
+                    {"attempt": activity.info().attempt},
+                    type="DeletionPaused",
+                    non_retryable=True,
+                )
+
         @activity.defn(name="delete_bk_ledger")
         def delete_bk_ledger(inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
             fakes.call("delete_bk_ledger")
+            refuse_while_paused()
             fakes.delete_versions.append(inp.expected_version)
             if fakes.delete_error:
                 raise ApplicationError(
@@ -191,7 +204,15 @@ class Fakes:
         @activity.defn(name="delete_offload_segment")
         def delete_offload_segment(inp: DeleteOffloadInput) -> DeleteOffloadResult:
             fakes.call("delete_offload_segment")
-            return DeleteOffloadResult(fakes.offload_outcome, deleted_keys=["s3://b/k"])
+            refuse_while_paused()
+            return DeleteOffloadResult(fakes.offload_outcome, deleted_keys=["s3://b/k"], bytes=10)
+
+        @activity.defn(name="inspect_offload_segment")
+        def inspect_offload_segment(inp: DeleteOffloadInput) -> InspectOffloadResult:
+            fakes.call("inspect_offload_segment")
+            return InspectOffloadResult(
+                Outcome.WOULD_DELETE, keys=["s3://b/k", "s3://b/k-index"], bytes=10, reason="would delete 2"
+            )
 
         @activity.defn(name="ack_messages")
         def ack_messages(inp: AckMessagesInput) -> AckMessagesResult:
@@ -213,6 +234,7 @@ class Fakes:
             check_offload_listed,
             delete_bk_ledger,
             delete_offload_segment,
+            inspect_offload_segment,
             ack_messages,
             publish_dead_letter,
         ]
@@ -244,8 +266,9 @@ class Harness:
         policy: DeletionPolicy | None = None,
         *,
         join_in_first_task: bool = False,
+        mode: Mode = Mode.LIVE,
     ) -> DeletionResult:
-        handle = await self.start(request, refs, policy, join_in_first_task=join_in_first_task)
+        handle = await self.start(request, refs, policy, join_in_first_task=join_in_first_task, mode=mode)
         return await asyncio.wait_for(handle.result(), timeout=30)
 
     async def start(
@@ -255,6 +278,7 @@ class Harness:
         policy: DeletionPolicy | None = None,
         *,
         join_in_first_task: bool = False,
+        mode: Mode = Mode.LIVE,
     ) -> WorkflowHandle[Any, DeletionResult]:
         """Start a run with ``refs[0]`` and join the others. With ``join_in_first_task`` the second message
         is signalled with the start, so the run's first workflow task sees it (a message arriving while that
@@ -266,10 +290,10 @@ class Harness:
         # request (the run's own unless a test gives another).
         handle = await self.client.start_workflow(
             LedgerDeletionWorkflow.run,
-            DeletionInput(request, policy or self.policy, first_message=refs[0]),
+            DeletionInput(request, policy or self.policy, first_message=refs[0], mode=mode),
             id=f"{request.workflow_id}/{uuid.uuid4().hex[:8]}",
             task_queue=self.queue,
-            search_attributes=search_attributes_for(request),
+            search_attributes=search_attributes_for(request, mode),
             start_signal=ADD_MESSAGE_SIGNAL if with_start else None,
             start_signal_args=with_start,
         )
@@ -279,21 +303,6 @@ class Harness:
 
     async def join(self, handle: WorkflowHandle[Any, DeletionResult], ref: MessageRef) -> None:
         await handle.signal(ADD_MESSAGE_SIGNAL, ref)
-
-
-@pytest.fixture
-async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
-    fakes = Fakes()
-    queue = f"wf-test-{uuid.uuid4().hex[:8]}"
-    with ThreadPoolExecutor(max_workers=8) as executor:
-        async with Worker(
-            temporal_client,
-            task_queue=queue,
-            workflows=[LedgerDeletionWorkflow],
-            activities=fakes.activities(),
-            activity_executor=executor,
-        ):
-            yield Harness(temporal_client, queue, fakes)
 
 
 def data_request(ledger_id: int = 42, **changes: object) -> PendingDeleteLedgerInfo:

@@ -1,0 +1,197 @@
+"""The kill switch: one durable flag that stops every delete of a deployment, cluster-wide, within seconds.
+
+The flag is the paused state of a Temporal Schedule, ``<task queue prefix>-kill-switch``, that starts nothing
+(no calendar, no interval). Temporal keeps it, so it survives any restart of ours; every process of the
+deployment reads the same one; it carries a note (who paused, when, why); and an operator can flip it without
+this CLI, from the Temporal UI's Schedules page (Pause / Unpause) or with ``temporal schedule toggle``.
+
+Each deleting process (the bookkeeper and offload pools) reads it every ``kill_switch_seconds`` in the
+background (:class:`Watch`), and each delete activity asks the watch before it changes anything: paused, it
+raises :class:`DeletionPaused`, which the workflow waits out, visibly (``DeletionStep=paused``); not read
+lately (Temporal out of reach), it raises :class:`PauseStateUnknown`, retried, so a process cut off from
+Temporal cannot miss a pause. A run that is not paused pays nothing: no event, no call in its path.
+
+Why a Schedule rather than a task-queue rate limit or Temporal's activity pause: docs/design.md, "The kill
+switch".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from temporalio.client import (
+    Client,
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleHandle,
+    ScheduleSpec,
+    ScheduleState,
+)
+from temporalio.service import RPCError, RPCStatusCode
+
+from ledger_deletion.errors import DeletionPaused, PauseStateUnknown
+
+log = logging.getLogger(__name__)
+
+# What the schedule would start if someone pressed "Trigger" on it: a workflow type no worker runs, which
+# times out unstarted a moment later. The schedule has no calendar, so nothing else ever starts it.
+_NEVER_STARTED = "LedgerDeletionKillSwitch"
+
+
+@dataclass(frozen=True)
+class SwitchState:
+    paused: bool
+    note: str = ""  # who paused or resumed, when, why
+
+    def describe(self) -> str:
+        state = "PAUSED: deletes are refused" if self.paused else "not paused: deletes run"
+        return f"{state}" + (f" ({self.note})" if self.note else "")
+
+
+def operator() -> str:
+    """Who flips the switch, as the note names them: ``user@host``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (a container's arbitrary uid)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def note(verb: str, who: str, reason: str = "") -> str:
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return f"{verb} by {who} at {when}" + (f": {reason}" if reason else "")
+
+
+async def read(client: Client, switch_id: str) -> SwitchState:
+    """The switch as Temporal has it now; never created means never paused."""
+    try:
+        description = await client.get_schedule_handle(switch_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return SwitchState(False)
+        raise
+    state = description.schedule.state
+    return SwitchState(state.paused, state.note or "")
+
+
+async def pause(client: Client, switch_id: str, reason: str, who: str) -> SwitchState:
+    """Turn the switch on (creating it the first time); returns the state now."""
+    text = note("paused", who, reason)
+    try:
+        await client.create_schedule(switch_id, _schedule(switch_id, paused=True, text=text))
+    except ScheduleAlreadyRunningError:
+        await client.get_schedule_handle(switch_id).pause(note=text)
+    return await read(client, switch_id)
+
+
+async def ensure(client: Client, switch_id: str, who: str) -> None:
+    """Create the switch, off, unless it exists: a deleting process does at start, so that the switch is on
+    the Temporal UI's Schedules page (and ``temporal schedule toggle`` finds it) before anyone has paused."""
+    with contextlib.suppress(ScheduleAlreadyRunningError):
+        await client.create_schedule(switch_id, _schedule(switch_id, paused=False, text=note("created", who)))
+
+
+async def resume(client: Client, switch_id: str, who: str) -> SwitchState:
+    """Turn the switch off (nothing to do when it was never created)."""
+    handle: ScheduleHandle = client.get_schedule_handle(switch_id)
+    try:
+        await handle.unpause(note=note("resumed", who))
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+    return await read(client, switch_id)
+
+
+def _schedule(switch_id: str, *, paused: bool, text: str) -> Schedule:
+    return Schedule(
+        action=ScheduleActionStartWorkflow(
+            _NEVER_STARTED,
+            id=f"{switch_id}-never-run",
+            task_queue=f"{switch_id}-none",
+            execution_timeout=timedelta(seconds=1),
+        ),
+        spec=ScheduleSpec(),
+        state=ScheduleState(paused=paused, note=text),
+    )
+
+
+class Watch:
+    """A deleting process's view of the switch, refreshed in the background; asked by each delete."""
+
+    def __init__(
+        self, read_switch: Callable[[], Awaitable[SwitchState]], every_seconds: float, stale_seconds: float
+    ) -> None:
+        self._read = read_switch
+        self._every = every_seconds
+        self._stale = stale_seconds
+        # Replaced whole, never mutated: activity threads read it while the event loop writes it.
+        self._last: tuple[SwitchState, float] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one refresh() runs on
+
+    def check(self) -> None:
+        """Raise unless deletes may run now (called by each delete activity, from its thread).
+
+        A delete is refused only on a fresh read: ``ledger-deletion resume`` signals the waiting runs right
+        after it turns the switch off, and a run that came back before this process's next look would
+        otherwise be refused again and wait for its backstop. Only refused deletes read it (one call each).
+        """
+        last = self._last
+        if last is None or time.monotonic() - last[1] > self._stale:
+            seen = "never" if last is None else f"{time.monotonic() - last[1]:.0f} s ago"
+            raise PauseStateUnknown(f"the kill switch was last read {seen}: nothing is deleted until it is")
+        if last[0].paused:
+            state = self._read_now() or last[0]
+            if state.paused:
+                raise DeletionPaused(state.note or "paused")
+
+    def _read_now(self) -> SwitchState | None:
+        """The switch read now, from an activity thread on the watch's loop; None when it cannot be."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is loop:
+                return None  # on the loop itself: blocking on it would deadlock
+        try:
+            return asyncio.run_coroutine_threadsafe(self.refresh(), loop).result(timeout=self._every + 5)
+        except Exception as exc:  # unreadable now: the last read stands (paused)
+            log.warning("kill switch unreadable: %s: %s", type(exc).__name__, exc)
+            return None
+
+    @property
+    def paused(self) -> bool | None:
+        """As last read; None before the first read."""
+        return None if self._last is None else self._last[0].paused
+
+    @property
+    def age_seconds(self) -> float | None:
+        return None if self._last is None else time.monotonic() - self._last[1]
+
+    async def refresh(self) -> SwitchState:
+        self._loop = asyncio.get_running_loop()
+        state = await self._read()
+        was = self.paused
+        self._last = (state, time.monotonic())
+        if was is not None and was != state.paused or was is None and state.paused:
+            log.warning("kill switch: %s", state.describe())
+        return state
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Read the switch every ``every_seconds`` until ``stop``; a failed read keeps the last state, which
+        goes stale (and deletes stop) if reads keep failing."""
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except Exception as exc:  # Temporal out of reach: retried on the next tick
+                log.warning("kill switch unreadable: %s: %s", type(exc).__name__, exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self._every)
