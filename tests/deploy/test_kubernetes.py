@@ -403,23 +403,50 @@ def test_the_check_catches_a_reader_given_the_deleters_secret_or_login() -> None
 # --- beside the Pulsar Helm chart -------------------------------------------------------------------------
 
 
+# The service's own Pulsar role, its token in the chart's layout (the chart's
+# scripts/pulsar/generate_token.sh -s ledger-deletion writes <release>-token-ledger-deletion, key TOKEN):
+# never a super-user's (docs/security.md).
+PULSAR_TOKEN_SECRET = "pulsar-token-ledger-deletion"
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_pulsar_token_is_the_charts_client_token_and_only_the_pools_reading_pulsar_have_it(
-    overlay: str,
-) -> None:
+def test_the_pulsar_token_is_the_services_role_and_only_what_talks_to_pulsar_has_it(overlay: str) -> None:
     host, _ = host_port(settings(overlay).pulsar_admin_url)
     release = host.split(".")[0].removesuffix("-broker")  # the chart's service <release>-broker
-    # The chart's jwt secrets: <release>-token-<auth.superUsers.client> (default "admin"), key TOKEN.
-    expected = {"name": f"{release}-token-admin", "key": "TOKEN", "optional": True}
-    # Redirects are followed to the brokers of the chart's cluster (clusterName defaults to the release's).
-    assert settings(overlay).pulsar_cluster == release
-    for pool, deployment in pool_deployments(overlay).items():
-        env = {e["name"]: e for e in pod_spec(deployment)["containers"][0]["env"]}
-        # The pulsar pool consumes and publishes; the workflow pool's checks read the admin API.
-        if pool in ("pulsar", "workflow"):
-            assert env["LEDGER_DELETION_PULSAR_TOKEN"]["valueFrom"]["secretKeyRef"] == expected
-        else:
-            assert "LEDGER_DELETION_PULSAR_TOKEN" not in env, pool
+    expected = {"name": f"{release}-token-ledger-deletion", "key": "TOKEN", "optional": True}
+    assert expected["name"] == PULSAR_TOKEN_SECRET
+    holders = set()
+    for workload in workloads(overlay):
+        for container in containers(workload):
+            env = {e["name"]: e for e in container.get("env", [])}
+            token = env.get("LEDGER_DELETION_PULSAR_TOKEN")
+            if token is not None:
+                assert token["valueFrom"]["secretKeyRef"] == expected, workload["metadata"]["name"]
+                holders.add(workload["metadata"]["name"])
+    # The pulsar pool consumes and publishes; the workflow pool's checks read the admin API; the watcher
+    # publishes requests. The deleting pools talk to no broker.
+    assert {"ledger-deletion-pulsar", "ledger-deletion-workflow", "ledger-deletion-watch"} <= holders
+    assert not holders & DELETING_WORKLOADS
+    # No workload reads any of the chart's super-user tokens (auth.superUsers: admin, broker, proxy).
+    for workload in workloads(overlay):
+        assert not {name for name in secret_refs(workload) if name.startswith(f"{release}-token-")} - {
+            PULSAR_TOKEN_SECRET
+        }, workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_redirects_are_trusted_to_the_charts_brokers_without_a_super_user(overlay: str) -> None:
+    """Listing a cluster's brokers (LEDGER_DELETION_PULSAR_CLUSTER) takes a super-user token: the manifests
+    name the brokers' advertised hosts instead, as the chart's headless service names them."""
+    configured = settings(overlay)
+    host, _ = host_port(configured.pulsar_admin_url)
+    service = host.split(".")[0]
+    assert configured.pulsar_cluster == ""
+    trusted = [h for h in configured.admin_trusted_hosts.split(",") if h]
+    # <release>-broker-<n>.<release>-broker.<namespace>.svc...: a pod of the broker StatefulSet.
+    assert trusted and all(h.startswith(f"{service}-") and h.split(".", 1)[1] == host for h in trusted), (
+        trusted
+    )
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -543,7 +570,7 @@ def test_keda_scales_the_pulsar_pool_on_the_deletion_topics_backlog(overlay: str
         if a["metadata"]["name"] == trigger["authenticationRef"]["name"]
     ]
     parameters = {ref["parameter"]: ref for ref in auth["spec"]["secretTargetRef"]}
-    assert parameters["bearerToken"]["name"] == "pulsar-token-admin"
+    assert parameters["bearerToken"]["name"] == PULSAR_TOKEN_SECRET
     # Over TLS the scaler trusts the CA the pods trust.
     assert ("ca" in parameters) == metadata["adminURL"].startswith("https://")
 
