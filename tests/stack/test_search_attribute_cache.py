@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.common import SearchAttributeIndexedValueType, SearchAttributePair, TypedSearchAttributes
 
 from devstack.stack import (
     _ensure_search_attributes,
@@ -55,8 +55,11 @@ def _without_search_attribute_flags(argv: list[str]) -> list[str]:
 
 
 def _every_attribute() -> TypedSearchAttributes:
+    # A value of each attribute's own type: an INT attribute takes an int, a keyword a string.
     pairs: list[SearchAttributePair[Any]] = [
-        SearchAttributePair(key, 1) if key is sa.LEDGER_ID else SearchAttributePair(key, "x")
+        SearchAttributePair(key, 1)
+        if key.indexed_value_type is SearchAttributeIndexedValueType.INT
+        else SearchAttributePair(key, "x")
         for key in sa.ALL
     ]
     return TypedSearchAttributes(pairs)
