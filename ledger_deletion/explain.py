@@ -14,6 +14,7 @@ from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, offload_uuid
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 
 SHADOW_TAG = "[shadow] "
+_MAX_PROPERTIES = 8
 _MODES = {
     Mode.LIVE: "**Live**: deletes what every check below allows.",
     Mode.SHADOW: (
@@ -41,10 +42,21 @@ def details(request: PendingDeleteLedgerInfo, mode: Mode, message: MessageRef) -
     if message.topic:
         again = f", redelivered {message.redelivery_count} time(s)" if message.redelivery_count else ""
         lines.append(f"- **Received from** `{message.topic}`{again}")
+    lines.append(f"- **Message** `{message.message_id}`")
+    if request.properties:
+        lines.append(f"- **Sent with properties** {_properties(request)}")
     if message.replay_reason:
         lines.append(f"- **Kept for replay** {message.replay_reason}")
     lines.append(f"- **Steps** {_steps(request, mode)}")
     return "\n".join(lines)
+
+
+def _properties(request: PendingDeleteLedgerInfo) -> str:
+    """The sender's properties (the watcher and reconcile tag theirs with ``source``), a few and short: the
+    details are stored with the run, and a request's properties are the sender's to fill."""
+    shown = [f"`{k[:40]}={v[:80]}`" for k, v in sorted(request.properties.items())[:_MAX_PROPERTIES]]
+    more = len(request.properties) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def _component(request: PendingDeleteLedgerInfo) -> str:

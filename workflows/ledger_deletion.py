@@ -143,6 +143,7 @@ class _Kept:
     where: str
     resent: bool  # the owner itself still uses it: it trims it later and sends a new request
     replay_when: str = ""  # not resent: why the request is kept (dead-lettered) rather than acked
+    owner: str = ""  # the owner broker's URL when it is the broker that still uses the ledger
 
 
 @dataclass(frozen=True)
@@ -340,7 +341,7 @@ class LedgerDeletionWorkflow:
                 InspectOffloadResult,
                 policy.offload_queue,
                 policy,
-                f"objects of ledger {req.ledger_id} (HEAD only)",
+                f"objects of ledger {req.ledger_id} of {req.managed_ledger_name} (HEAD only)",
             )
             return _Done(seen.outcome, seen.reason, would_delete_keys=seen.keys, bytes=seen.bytes)
         while True:
@@ -360,7 +361,11 @@ class LedgerDeletionWorkflow:
 
     async def _check_topic(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> CheckTopicResult:
         return await self._check(
-            Step.CHECK_TOPIC, CheckTopicInput(req.topic_name), CheckTopicResult, policy, req.topic_name
+            Step.CHECK_TOPIC,
+            CheckTopicInput(req.topic_name),
+            CheckTopicResult,
+            policy,
+            f"{req.topic_name}, for ledger {req.ledger_id}",
         )
 
     async def _verify(
@@ -376,7 +381,8 @@ class LedgerDeletionWorkflow:
             VerifyBkMetadataInput(req, check_bk_copy_released, owner_listed_digest),
             VerifyBkMetadataResult,
             policy,
-            f"ledger {req.ledger_id}" + (", its BookKeeper copy released?" if check_bk_copy_released else ""),
+            f"ledger {req.ledger_id} of {req.topic_name}"
+            + (", its BookKeeper copy released?" if check_bk_copy_released else ""),
         )
 
     async def _wait_until_unused(
@@ -434,7 +440,7 @@ class LedgerDeletionWorkflow:
                     return _Kept(listed.listing, resent=False, replay_when=_STORE_AHEAD)
             return None
 
-        await self._wait_out_grace(policy, referenced)
+        await self._wait_out_grace(req, policy, referenced)
         return latest
 
     async def _owner_reference(
@@ -479,7 +485,11 @@ class LedgerDeletionWorkflow:
                 replay_when=_COPY_RELEASED_IN_MEMORY,
             )
         owner = f" on its owner broker {answer.owner_url}" if answer.owner_url else ""
-        return _Kept(f"still referenced by {req.topic_name} ({answer.referenced_as}){owner}", resent=True)
+        return _Kept(
+            f"still referenced by {req.topic_name} ({answer.referenced_as}){owner}",
+            resent=True,
+            owner=answer.owner_url,
+        )
 
     async def _wait_until_bk_ledger_unused(
         self,
@@ -557,11 +567,14 @@ class LedgerDeletionWorkflow:
             # one deleting the schema asks again.
             return _Kept(latest.reason, resent=True) if latest.schema_referenced else None
 
-        await self._wait_out_grace(policy, listed)
+        await self._wait_out_grace(req, policy, listed)
         return latest
 
     async def _wait_out_grace(
-        self, policy: DeletionPolicy, referenced: Callable[[int], Awaitable[_Kept | None]]
+        self,
+        req: PendingDeleteLedgerInfo,
+        policy: DeletionPolicy,
+        referenced: Callable[[int], Awaitable[_Kept | None]],
     ) -> None:
         """Ask ``referenced`` (what still keeps the ledger, or None) up to ``in_use_rechecks`` more times on
         a durable timer. Still kept after the last: acked as in use (SKIPPED_IN_USE) when the broker will
@@ -579,8 +592,13 @@ class LedgerDeletionWorkflow:
                     f"{where}: {kept.replay_when}", type=KEPT_FOR_REPLAY, non_retryable=True
                 )
             self._step = Step.WAIT_IN_USE
+            waiting = (
+                f"waiting for broker {kept.owner} to release ledger {req.ledger_id}"
+                if kept.owner
+                else f"waiting for ledger {req.ledger_id} to be released"
+            )
             self._tell(
-                f"waiting: {kept.where}; asking again in {policy.in_use_recheck_seconds:g} s, "
+                f"{waiting} ({kept.where}); asking again in {policy.in_use_recheck_seconds:g} s, "
                 f"re-check {check + 1} of {policy.in_use_rechecks}"
             )
             if check == 0:
@@ -637,7 +655,7 @@ class LedgerDeletionWorkflow:
                 DeleteBkLedgerResult,
                 policy.bookkeeper_queue,
                 policy,
-                f"ledger {req.ledger_id} at znode version {verified.znode_version}",
+                f"ledger {req.ledger_id} of {req.topic_name} at znode version {verified.znode_version}",
             )
             if deleted is not None:
                 if deleted.status is DeleteBkLedgerStatus.DELETED:
@@ -703,7 +721,10 @@ class LedgerDeletionWorkflow:
             task_queue=policy.pulsar_queue,
             start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.PUBLISH_DEAD_LETTER)),
             retry_policy=_retry_policy(forever),
-            summary=f"{Step.PUBLISH_DEAD_LETTER.value}: ledger {req.ledger_id}, failed step {step}"[:200],
+            summary=(
+                f"{Step.PUBLISH_DEAD_LETTER.value}: ledger {req.ledger_id} of {req.topic_name}, "
+                f"failed step {step}"
+            )[:200],
         )
 
     async def _ack_all(self, policy: DeletionPolicy) -> int:
@@ -756,6 +777,9 @@ class LedgerDeletionWorkflow:
             self._lettered_for_replay.append(request)
 
     async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
+        assert self._own_request is not None  # set first thing in run
+        # One ledger: every message of a run asks for the ledger its workflow id names.
+        subject = f"{len(ids)} message(s) for ledger {self._own_request.ledger_id}, held by {queue}"
         try:
             result: AckMessagesResult = await workflow.execute_activity(
                 Step.ACK_MESSAGES.value,
@@ -768,7 +792,7 @@ class LedgerDeletionWorkflow:
                 schedule_to_start_timeout=timedelta(seconds=policy.ack_schedule_to_start_seconds),
                 start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.ACK_MESSAGES)),
                 retry_policy=RetryPolicy(maximum_attempts=3, initial_interval=timedelta(seconds=1)),
-                summary=f"{Step.ACK_MESSAGES.value}: {len(ids)} message(s) held by {queue}"[:200],
+                summary=f"{Step.ACK_MESSAGES.value}: {subject}"[:200],
             )
             return result
         except ActivityError as err:
