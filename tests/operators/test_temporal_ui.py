@@ -26,7 +26,10 @@ from devstack.cluster import SimulatedCluster
 from devstack.stack import StackEndpoints
 from ledger_deletion import explain
 from ledger_deletion.contracts import DeletionStatus, Mode, Outcome
+from ledger_deletion.request import PendingDeleteLedgerInfo
+from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
+from tests.helpers import running_pools
 from tests.operators.helpers import Observed, eventually, orphan_requests, results_of
 from workflows.ledger_deletion import STATUS_QUERY
 
@@ -242,18 +245,45 @@ async def test_a_deletions_page_says_what_it_deletes_and_each_step_on_what(
 
 async def test_a_waiting_deletions_page_names_the_broker_it_waits_for(
     observed: Observed,
-    observed_publisher: RequestPublisher,
+    settings: Settings,
     cluster: SimulatedCluster,
     stack: StackEndpoints,
     tmp_path: Path,
 ) -> None:
     """While a ledger's topic still references it, the run's current details say whom it waits for."""
     browser = await asyncio.to_thread(find_or_install_chromium)
-    topic = f"ui-wait-{uuid.uuid4().hex[:6]}/ns/orders"
+    run = uuid.uuid4().hex[:6]
+    # Pools of its own with a grace of minutes: on a loaded machine reading a live page can take a while, and
+    # the run must still be waiting when it is read.
+    waiting_settings = settings.with_overrides(
+        topic=f"persistent://pulsar/system/__ledger_deletion_ui_wait_{run}",
+        task_queue_prefix=f"ld-ui-wait-{run}",
+        in_use_rechecks=60,
+        in_use_recheck_seconds=3.0,
+    )
+    topic = f"ui-wait-{run}/ns/orders"
     ids = cluster.new_ledger_ids(2)
     cluster.create_topic(topic, ids)
     request = cluster.requests_for_trim(topic, ids[:1])[0]  # published, but metadata not yet updated
-    observed_publisher.publish(request)
+    async with running_pools(waiting_settings, observed.client):
+        with RequestPublisher(waiting_settings) as publisher:
+            publisher.publish(request)
+        await _read_the_waiting_page(
+            observed, waiting_settings, cluster, stack, tmp_path, browser, topic, request
+        )
+
+
+async def _read_the_waiting_page(
+    observed: Observed,
+    settings: Settings,
+    cluster: SimulatedCluster,
+    stack: StackEndpoints,
+    tmp_path: Path,
+    browser: str,
+    topic: str,
+    request: PendingDeleteLedgerInfo,
+) -> None:
+    ids = [request.ledger_id]
     handle = observed.client.get_workflow_handle(request.workflow_id)
 
     async def waiting() -> None:
@@ -272,7 +302,7 @@ async def test_a_waiting_deletions_page_names_the_broker_it_waits_for(
         page = await asyncio.to_thread(
             render_live,
             browser,
-            f"{base}/namespaces/{observed.settings.temporal_namespace}/workflows/{workflow_id}/{run_id}/user-metadata",
+            f"{base}/namespaces/{settings.temporal_namespace}/workflows/{workflow_id}/{run_id}/user-metadata",
             tmp_path / "p4",
             said,
         )
