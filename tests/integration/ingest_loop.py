@@ -111,8 +111,8 @@ class Loop:
             self._producers[topic] = self.client.create_producer(topic, batching_enabled=False)
         self._producers[topic].send(payload)
 
-    async def dead_letter(self) -> Any:
-        letter = await asyncio.to_thread(self._dlq.receive, 30_000)
+    async def dead_letter(self, timeout_seconds: float = 30.0) -> Any:
+        letter = await asyncio.to_thread(self._dlq.receive, int(timeout_seconds * 1000))
         self._dlq.acknowledge(letter)
         return letter
 

@@ -98,8 +98,9 @@ async def test_chunked_message_over_the_max_message_size_is_dead_lettered_whole(
     chunking.send(payload)
     chunking.close()
 
-    # The dead letter is as large as the message: its producer must chunk it too, or it never leaves.
-    letter = await loop.dead_letter()
+    # The dead letter is as large as the message: its producer must chunk it too, or it never leaves. Six
+    # megabytes through pulsar-lite twice (in, then out as chunks) took over 30 s once on a loaded machine.
+    letter = await loop.dead_letter(timeout_seconds=120)
     props = letter.properties()
     assert letter.data() == payload
     assert props["ledger-deletion.failed-step"] == "decode" and "exceeds" in props["ledger-deletion.reason"]
