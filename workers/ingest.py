@@ -518,28 +518,22 @@ class Ingestor:
         dead-letter topic twice, and a replay would send it twice.
         """
         if self.mode is Mode.SHADOW:
-            self.stats.dead_lettered += 1
             log.info("shadow: message %s (%s) not dead-lettered, left to live mode: %s", key, step, reason)
-            self.pending.mark_dead_lettered(key)
-            try:
-                await asyncio.to_thread(self.pending.ack, [key])
-            except MessagingUnavailable as exc:
-                log.warning("ack of %s failed (%s); the sweeper retries it", key, exc)
-            return
-        properties = dead_letter_properties(
-            reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
-        )
-        delay = 0.5
-        while True:
-            try:
-                await asyncio.to_thread(self.dead_letters.send, payload, properties)
-                break
-            except LedgerDeletionError as exc:
-                log.warning("dead-lettering %s failed (%s); retrying", key, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+        else:
+            properties = dead_letter_properties(
+                reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
+            )
+            delay = 0.5
+            while True:
+                try:
+                    await asyncio.to_thread(self.dead_letters.send, payload, properties)
+                    break
+                except LedgerDeletionError as exc:
+                    log.warning("dead-lettering %s failed (%s); retrying", key, exc)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+            log.info("dead-lettered message %s (%s): %s", key, step, reason)
         self.stats.dead_lettered += 1
-        log.info("dead-lettered message %s (%s): %s", key, step, reason)
         # Marked first: if the ack fails, the sweeper retries it (no workflow will ever ack this message).
         self.pending.mark_dead_lettered(key)
         try:
