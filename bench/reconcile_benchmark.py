@@ -93,44 +93,51 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def launch_zookeeper(state: Path, port: int, heap: str) -> subprocess.Popen[bytes]:
+    """A ZooKeeper on loopback ``port`` (``mntr`` on, fsync off), its data, config and log under ``state``
+    and its pid in ``state/zk.pid``: the benchmarks' own, never the embedded stack's."""
+    (state / "zk").mkdir(parents=True, exist_ok=True)
+    cfg = state / "zoo.cfg"
+    cfg.write_text(
+        "\n".join(
+            [
+                "tickTime=2000",
+                f"dataDir={state / 'zk'}",
+                f"clientPort={port}",
+                "clientPortAddress=127.0.0.1",
+                "admin.enableServer=false",
+                "maxClientCnxns=0",
+                "forceSync=no",
+                "4lw.commands.whitelist=ruok,srvr,mntr",
+                "",
+            ]
+        )
+    )
+    argv = [
+        shutil.which("java") or "java",
+        f"-Xmx{heap}",
+        "-XX:+UseParallelGC",
+        "-Djava.net.preferIPv4Stack=true",
+        "-Djute.maxbuffer=8388608",
+        "-Dzookeeper.jmx.log4j.disable=true",
+        "-cp",
+        f"{ZK_JAR}:{SLF4J_JAR}",
+        "org.apache.zookeeper.server.ZooKeeperServerMain",
+        str(cfg),
+    ]
+    with open(state / "zk.log", "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+    (state / "zk.pid").write_text(str(proc.pid))
+    return proc
+
+
 def start_servers(state: Path, zk_port: int, s3_port: int, zk_heap: str) -> tuple[int | None, int | None]:
     """Start ZooKeeper and moto unless something answers on their ports; returns their pids when they are
     ours (started now, or by an earlier run and still running), else None."""
     state.mkdir(parents=True, exist_ok=True)
     pid_file, moto_pid_file = state / "zk.pid", state / "moto.pid"
     if not _port_open(zk_port):
-        (state / "zk").mkdir(exist_ok=True)
-        cfg = state / "zoo.cfg"
-        cfg.write_text(
-            "\n".join(
-                [
-                    "tickTime=2000",
-                    f"dataDir={state / 'zk'}",
-                    f"clientPort={zk_port}",
-                    "clientPortAddress=127.0.0.1",
-                    "admin.enableServer=false",
-                    "maxClientCnxns=0",
-                    "forceSync=no",
-                    "4lw.commands.whitelist=ruok,srvr,mntr",
-                    "",
-                ]
-            )
-        )
-        argv = [
-            shutil.which("java") or "java",
-            f"-Xmx{zk_heap}",
-            "-XX:+UseParallelGC",
-            "-Djava.net.preferIPv4Stack=true",
-            "-Djute.maxbuffer=8388608",
-            "-Dzookeeper.jmx.log4j.disable=true",
-            "-cp",
-            f"{ZK_JAR}:{SLF4J_JAR}",
-            "org.apache.zookeeper.server.ZooKeeperServerMain",
-            str(cfg),
-        ]
-        with open(state / "zk.log", "ab") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
-        pid_file.write_text(str(proc.pid))
+        launch_zookeeper(state, zk_port, zk_heap)
     if not _port_open(s3_port):
         argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)]
         with open(os.devnull, "wb") as devnull:

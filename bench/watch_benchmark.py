@@ -39,7 +39,6 @@ import multiprocessing
 import os
 import random
 import resource
-import shutil
 import signal
 import socket
 import subprocess
@@ -61,7 +60,7 @@ from kazoo.client import KazooClient  # noqa: E402
 from kazoo.exceptions import NoNodeError  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
-from bench.reconcile_benchmark import packets_received  # noqa: E402
+from bench.reconcile_benchmark import launch_zookeeper, packets_received  # noqa: E402
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata  # noqa: E402
 from ledger_deletion.formats.bk_paths import ledger_path  # noqa: E402
 from ledger_deletion.formats.managed_ledger import (  # noqa: E402
@@ -76,8 +75,6 @@ from reconcile.zk_reads import ZkReads  # noqa: E402
 from workers.watch_scan import read_pulsar_metadata  # noqa: E402
 from workers.watcher import Watcher  # noqa: E402
 
-ZK_JAR = "/usr/share/java/zookeeper.jar"
-SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"
 PER = 100_000  # results are scaled per this many topics (managed ledgers)
 
 
@@ -109,38 +106,7 @@ def start_zookeeper(state: Path, port: int, heap: str) -> subprocess.Popen[bytes
         if pid is not None and _is_ours(pid, state / "zoo.cfg"):
             return None
         raise SystemExit(f"port {port} is in use by something else; choose another with --zk-port")
-    (state / "zk").mkdir(parents=True, exist_ok=True)
-    cfg = state / "zoo.cfg"
-    cfg.write_text(
-        "\n".join(
-            [
-                "tickTime=2000",
-                f"dataDir={state / 'zk'}",
-                f"clientPort={port}",
-                "clientPortAddress=127.0.0.1",
-                "admin.enableServer=false",
-                "maxClientCnxns=0",
-                "forceSync=no",
-                "4lw.commands.whitelist=ruok,srvr,mntr",
-                "",
-            ]
-        )
-    )
-    argv = [
-        shutil.which("java") or "java",
-        f"-Xmx{heap}",
-        "-XX:+UseParallelGC",
-        "-Djava.net.preferIPv4Stack=true",
-        "-Djute.maxbuffer=8388608",
-        "-Dzookeeper.jmx.log4j.disable=true",
-        "-cp",
-        f"{ZK_JAR}:{SLF4J_JAR}",
-        "org.apache.zookeeper.server.ZooKeeperServerMain",
-        str(cfg),
-    ]
-    with open(state / "zk.log", "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
-    pid_file.write_text(str(proc.pid))
+    proc = launch_zookeeper(state, port, heap)
     deadline = time.monotonic() + 120
     while not _port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
