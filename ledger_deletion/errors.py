@@ -2,8 +2,8 @@
 
 Every error raised by project code is a ``LedgerDeletionError``. Errors of the libraries underneath
 (kazoo, botocore, httpx, pulsar) are translated into this tree where they are caught, with ``raise ... from``
-so the cause stays visible. Activities hand the tree to Temporal through :func:`to_application_error`, which
-decides retryability in exactly one place::
+so the cause stays visible. Activities hand the tree to Temporal through one decorator,
+``activities._boundary.translate_errors``, which decides retryability in exactly one place::
 
     LedgerDeletionError
     ├── TransientError                 retried with backoff by Temporal
