@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Final, TypeVar
 
+import cramjam
 import lz4.block
 import zstandard
 from google.protobuf.message import DecodeError, EncodeError, Message
@@ -73,6 +74,7 @@ _WRITABLE: Final[dict[str, ml_pb.CompressionType]] = {
     "LZ4": ml_pb.LZ4,
     "ZLIB": ml_pb.ZLIB,
     "ZSTD": ml_pb.ZSTD,
+    "SNAPPY": ml_pb.SNAPPY,
 }
 
 _M = TypeVar("_M", bound=Message)
@@ -114,7 +116,7 @@ def serialize_managed_ledger_info(msg: ml_pb.ManagedLedgerInfo, compression: str
     """Encode as the broker would; ``compression`` other than NONE writes the ``Gx`` header + codec output.
 
     Unlike the broker we compress regardless of size (no threshold), so tests and the simulated cluster can
-    produce every variant on demand. SNAPPY cannot be written (nor read) here.
+    produce every variant on demand.
     """
     return _serialize_info(msg, ml_pb.ManagedLedgerInfoMetadata(), compression)
 
@@ -172,15 +174,27 @@ def _decompress(data: bytes, metadata_type: type[_InfoMetadata], what: str) -> b
                 raise MetadataFormatError(f"{what}: ZSTD frame declares {declared} bytes, header says {size}")
             out = zstandard.ZstdDecompressor().decompress(payload, max_output_size=size)
         elif name == "SNAPPY":
-            raise MetadataFormatError(
-                f"{what}: SNAPPY compression is not supported; set managedLedgerInfoCompressionType="
-                "NONE/ZSTD (and managedCursorInfoCompressionType) on the brokers, or rewrite the record"
-            )
+            # MetaStoreImpl takes every codec of CompressionCodecProvider; CompressionCodecSnappy writes
+            # airlift's raw Snappy block (SnappyRawCompressor: a varint of the uncompressed length, then the
+            # tagged literals and copies; no framing). The library allocates what the varint says, so it is
+            # held to the header's size first.
+            declared = _snappy_length(payload)
+            if declared != size:
+                raise MetadataFormatError(
+                    f"{what}: SNAPPY block declares {declared} bytes, header says {size}"
+                )
+            out = bytes(cramjam.snappy.decompress_raw(payload))
         else:  # pragma: no cover - _compression_name already rejects unknown values
             raise MetadataFormatError(f"{what}: unknown compression {name}")
     except MetadataFormatError:
         raise
-    except (zlib.error, lz4.block.LZ4BlockError, zstandard.ZstdError, ValueError) as exc:
+    except (
+        zlib.error,
+        lz4.block.LZ4BlockError,
+        zstandard.ZstdError,
+        cramjam.DecompressionError,
+        ValueError,
+    ) as exc:
         raise MetadataFormatError(f"{what}: {name} payload does not decompress: {exc}") from exc
     if len(out) != size:
         raise MetadataFormatError(f"{what}: {name} payload inflated to {len(out)} bytes, header says {size}")
@@ -198,12 +212,27 @@ def _serialize_info(msg: Message, metadata: _InfoMetadata, compression: str) -> 
         payload = lz4.block.compress(body, store_size=False)
     elif name == "ZSTD":
         payload = zstandard.ZstdCompressor().compress(body)
+    elif name == "SNAPPY":
+        payload = bytes(cramjam.snappy.compress_raw(body))
     else:
-        raise ValueError(f"cannot write {compression!r} compression; use one of NONE, LZ4, ZLIB, ZSTD")
+        raise ValueError(
+            f"cannot write {compression!r} compression; use one of NONE, LZ4, ZLIB, ZSTD, SNAPPY"
+        )
     metadata.compressionType = _WRITABLE[name]
     metadata.uncompressedSize = len(body)
     meta_bytes = metadata.SerializeToString()
     return _HEADER.pack(COMPRESSION_MAGIC, len(meta_bytes)) + meta_bytes + payload
+
+
+def _snappy_length(payload: bytes) -> int:
+    """The uncompressed length a raw Snappy block starts with (a little-endian base-128 varint of at most
+    five bytes, as SnappyRawDecompressor reads it)."""
+    length = 0
+    for i, byte in enumerate(payload[:5]):
+        length |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return length
+    raise MetadataFormatError("SNAPPY block: its length varint is truncated or longer than five bytes")
 
 
 def _compression_name(value: int) -> str:

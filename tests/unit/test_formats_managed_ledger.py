@@ -70,7 +70,7 @@ def _sample_cursor():
     return cursor
 
 
-@pytest.mark.parametrize("compression", ["NONE", "ZLIB", "LZ4", "ZSTD", "zstd"])
+@pytest.mark.parametrize("compression", ["NONE", "ZLIB", "LZ4", "ZSTD", "zstd", "SNAPPY"])
 def test_ledger_info_round_trip(compression):
     info = _sample_info()
     data = ml.serialize_managed_ledger_info(info, compression)
@@ -79,13 +79,13 @@ def test_ledger_info_round_trip(compression):
     assert ml.parse_managed_ledger_info(data) == info
 
 
-@pytest.mark.parametrize("compression", ["NONE", "ZLIB", "LZ4", "ZSTD"])
+@pytest.mark.parametrize("compression", ["NONE", "ZLIB", "LZ4", "ZSTD", "SNAPPY"])
 def test_cursor_info_round_trip(compression):
     cursor = _sample_cursor()
     assert ml.parse_managed_cursor_info(ml.serialize_managed_cursor_info(cursor, compression)) == cursor
 
 
-@pytest.mark.parametrize("compression", ["ZLIB", "LZ4", "ZSTD"])
+@pytest.mark.parametrize("compression", ["ZLIB", "LZ4", "ZSTD", "SNAPPY"])
 def test_empty_record_compressed(compression):
     data = ml.serialize_managed_ledger_info(ml_pb.ManagedLedgerInfo(), compression)
     assert ml.parse_managed_ledger_info(data) == ml_pb.ManagedLedgerInfo()
@@ -113,14 +113,26 @@ def test_hand_framed_records(codec, compress):
     assert ml.parse_managed_ledger_info(data) == _sample_info()
 
 
-def test_snappy_is_refused_with_advice():
+def test_snappy_raw_block_as_airlift_writes_it():
+    # CompressionCodecSnappy (airlift SnappyRawCompressor): varint length 9, one literal of 9 bytes (tag
+    # (9-1)<<2), no stream framing. Then "abc" + a copy of 6 bytes at offset 3 (tag (6-4)<<2|1, offset 3).
+    literal = bytes([9, (9 - 1) << 2]) + HAND_ASSEMBLED
+    assert ml.parse_managed_ledger_info(_framed(ml_pb.SNAPPY, literal, 9)).ledgerInfo[0].ledgerId == 12
+    cursor = ml_pb.ManagedCursorInfo(cursorsLedgerId=7).SerializeToString()
+    block = bytes([len(cursor), (len(cursor) - 1) << 2]) + cursor
+    framed = _framed(ml_pb.SNAPPY, block, len(cursor), ml_pb.ManagedCursorInfoMetadata)
+    assert ml.parse_managed_cursor_info(framed).cursorsLedgerId == 7
+
+
+def test_snappy_length_must_match_the_header():
     body = HAND_ASSEMBLED
-    with pytest.raises(MetadataFormatError, match="SNAPPY compression is not supported.*NONE/ZSTD"):
-        ml.parse_managed_ledger_info(_framed(ml_pb.SNAPPY, body, len(body)))
-    with pytest.raises(MetadataFormatError, match="SNAPPY"):
-        ml.parse_managed_cursor_info(_framed(ml_pb.SNAPPY, body, len(body), ml_pb.ManagedCursorInfoMetadata))
-    with pytest.raises(ValueError):
-        ml.serialize_managed_ledger_info(ml_pb.ManagedLedgerInfo(), "SNAPPY")
+    lying = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F, (9 - 1) << 2]) + body  # claims 4 GiB
+    with pytest.raises(MetadataFormatError, match="SNAPPY block declares"):
+        ml.parse_managed_ledger_info(_framed(ml_pb.SNAPPY, lying, len(body)))
+    with pytest.raises(MetadataFormatError, match="varint"):
+        ml.parse_managed_ledger_info(_framed(ml_pb.SNAPPY, b"\xff" * 6, len(body)))
+    with pytest.raises(MetadataFormatError, match="SNAPPY payload does not decompress"):
+        ml.parse_managed_ledger_info(_framed(ml_pb.SNAPPY, bytes([9, 0xFF]), 9))
 
 
 @pytest.mark.parametrize(
