@@ -55,6 +55,7 @@ from bench.mix import Seeded, seed  # noqa: E402
 from bench.phases import Run, run_a, run_b  # noqa: E402
 from bench.processes import StackProcs, bench_ports, load_average  # noqa: E402
 from bench.report import print_table  # noqa: E402
+from devstack import ports  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
 from devstack.stack import Stack, StackEndpoints  # noqa: E402
 
@@ -190,8 +191,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--port-base",
         type=int,
-        default=23000,
-        help="ports of the benchmark's own stack (23233 Temporal …); another base and --state-dir run a "
+        default=ports.BENCH,
+        help="ports of the benchmark's own stack (devstack.ports: base + 233 Temporal …); another base and "
+        "--state-dir run a "
         "second benchmark beside the first",
     )
     parser.add_argument("--fault-rate", type=float, default=0.2)

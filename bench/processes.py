@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import server_metrics
+from devstack import ports
 from devstack.stack import HOST, SERVICES, Stack, StackPorts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,17 +136,7 @@ class StackProcs:
 # --- the benchmark stack's ports --------------------------------------------------------------------------
 
 
-def bench_ports(base: int = 23000, server_metrics: bool = False) -> StackPorts:
-    """The benchmark stack's ports: ``base`` + the default ports' last three digits (23233, 23650 …); with
+def bench_ports(base: int = ports.BENCH, server_metrics: bool = False) -> StackPorts:
+    """The benchmark stack's ports: the block at ``base`` (devstack.ports: 23233, 23650 …); with
     ``server_metrics``, the Temporal server's Prometheus endpoint on ``base`` + 235."""
-    return StackPorts(
-        temporal=base + 233,
-        temporal_ui=base + 234,
-        pulsar=base + 650,
-        zookeeper=base + 181,
-        s3=base + 900,
-        admin=base + 80,
-        admin_owner=base + 81,
-        pulsar_metrics=base + 90,
-        temporal_metrics=base + 235 if server_metrics else 0,
-    )
+    return ports.block(base, server_metrics)

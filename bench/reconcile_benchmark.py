@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from devstack import ports  # noqa: E402
 from reconcile.extract import ExtractConfig  # noqa: E402
 from reconcile.generator import ClusterSpec, GroundTruth, plan_cluster, write_plan  # noqa: E402
 
@@ -464,8 +465,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="runs of every mode per size, alternating")
     parser.add_argument("--out", type=Path, default=None, help="results (default: see above)")
     parser.add_argument("--state-dir", type=Path, default=None, help="servers' data and generated clusters")
-    parser.add_argument("--zk-port", type=int, default=22181)
-    parser.add_argument("--s3-port", type=int, default=29000)
+    parser.add_argument("--zk-port", type=int, default=ports.block(ports.RECONCILE_BENCH).zookeeper)
+    parser.add_argument("--s3-port", type=int, default=ports.block(ports.RECONCILE_BENCH).s3)
     parser.add_argument("--zk-heap", default="6g")
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured run that warms the JVM")

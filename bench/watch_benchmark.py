@@ -61,6 +61,7 @@ from kazoo.exceptions import NoNodeError  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from bench.reconcile_benchmark import launch_zookeeper, packets_received  # noqa: E402
+from devstack import ports  # noqa: E402
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata  # noqa: E402
 from ledger_deletion.formats.bk_paths import ledger_path  # noqa: E402
 from ledger_deletion.formats.managed_ledger import (  # noqa: E402
@@ -465,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rolls-per-minute", type=float, default=3000)
     parser.add_argument("--cursor-switches-per-minute", type=float, default=600)
     parser.add_argument("--minutes", type=float, default=3)
-    parser.add_argument("--zk-port", type=int, default=27181)
+    parser.add_argument("--zk-port", type=int, default=ports.block(ports.WATCH_BENCH).zookeeper)
     parser.add_argument("--zk-heap", default="4g")
     parser.add_argument("--state-dir", type=Path, default=_state_home() / "bench" / "watch-clusters")
     parser.add_argument("--out", type=Path, default=None)

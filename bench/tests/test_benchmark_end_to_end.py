@@ -18,11 +18,12 @@ from temporalio.client import Client
 
 from bench.mix import BK, DUPLICATE, IN_USE, LATE
 from bench.processes import ROOT, bench_ports
+from devstack import ports
 from devstack.stack import Stack
 
 pytestmark = pytest.mark.stack
 
-PORT_BASE = 26000
+PORT_BASE = ports.BENCH_TEST
 N = 46  # two whole topics that exist: every shape of a live topic twice
 
 

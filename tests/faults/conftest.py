@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from devstack import ports
 from devstack.cluster import SimulatedCluster
 from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
 from devstack.stack import (
@@ -30,18 +31,9 @@ from devstack.stack import (
 from ledger_deletion.settings import Settings
 from tests.faults.helpers import make_fault_settings, started_pools
 
-# Below the ephemeral port range, apart from the default stack (1xxxx) and the soak (25xxx).
-FAULT_PORTS = StackPorts(
-    temporal=24233,
-    temporal_ui=24234,
-    pulsar=24650,
-    zookeeper=24181,
-    s3=24900,
-    admin=24080,
-    admin_owner=24081,
-    pulsar_metrics=24090,
-)
-PROXY_PORT = 24901
+# A block of its own (devstack.ports), apart from the shared stack's and every other private stack's.
+FAULT_PORTS: StackPorts = ports.block(ports.FAULTS)
+PROXY_PORT = ports.s3_proxy(ports.FAULTS)
 
 
 @pytest.fixture(scope="session")

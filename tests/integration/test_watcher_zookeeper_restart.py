@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from devstack import ports
 from devstack.faults import ServiceControl
 from devstack.stack import Stack, StackEndpoints, StackPorts, default_state_dir
 from ledger_deletion.formats.managed_ledger import managed_ledger_name
@@ -24,7 +25,7 @@ from tests.integration.watch_support import DELAY, TopicReader, corner, seen, un
 
 pytestmark = pytest.mark.stack
 
-ZOOKEEPER_PORT = 26181  # apart from the default stack (12181), the fault tests' (24181) and the soak's
+ZOOKEEPER_PORT = ports.block(ports.WATCH_ZK_RESTART).zookeeper  # a block of its own (devstack.ports)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import ListTaskQueuePartitionsRequest
 from temporalio.client import Client
 
+from devstack import ports
 from devstack.stack import (
     _PIP_REQUIREMENTS,
     PORTS_FILE,
@@ -94,9 +95,7 @@ def test_self_install_covers_the_devstack_dependencies() -> None:
 
 
 # A stack on ports of its own (tests, benchmarks): far from every stack this suite or a benchmark runs.
-_OTHER_PORTS = StackPorts(
-    temporal=27233, temporal_ui=27234, pulsar=27650, zookeeper=27181, s3=27900, admin=27080, admin_owner=27081
-)
+_OTHER_PORTS = ports.block(ports.OTHER_STACK)
 
 
 # What the stack looks for in its S3 server's command line on those ports.

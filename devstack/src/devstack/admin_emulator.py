@@ -918,11 +918,15 @@ class AdminEmulator:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from devstack.ports import DEFAULT  # the stack imports this module: read its ports only when run
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0] if __doc__ else None)
-    parser.add_argument("--zookeeper", default="127.0.0.1:12181", help="ZooKeeper connect string")
+    parser.add_argument(
+        "--zookeeper", default=f"127.0.0.1:{DEFAULT.zookeeper}", help="ZooKeeper connect string"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (loopback by default)")
-    parser.add_argument("--port", type=int, default=18080, help="broker A (the configured admin URL)")
-    parser.add_argument("--owner-port", type=int, default=18081, help="broker B")
+    parser.add_argument("--port", type=int, default=DEFAULT.admin, help="broker A (the configured admin URL)")
+    parser.add_argument("--owner-port", type=int, default=DEFAULT.admin_owner, help="broker B")
     parser.add_argument(
         "--token", default=None, help="require 'Authorization: Bearer <token>' on every request"
     )

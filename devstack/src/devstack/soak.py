@@ -561,22 +561,16 @@ class SoakCounts:
 
 
 def soak_ports() -> Any:
-    from devstack.stack import StackPorts
+    from devstack import ports
 
-    # Below the ephemeral range (32768+), apart from the default stack (1xxxx) and the fault tests (24xxx).
-    return StackPorts(
-        temporal=25233,
-        temporal_ui=25234,
-        pulsar=25650,
-        zookeeper=25181,
-        s3=25900,
-        admin=25080,
-        admin_owner=25081,
-        pulsar_metrics=25090,
-    )
+    # A block of its own (devstack.ports), apart from the shared stack's and the fault tests'.
+    return ports.block(ports.SOAK)
 
 
-SOAK_PROXY_PORT = 25901
+def soak_proxy_port() -> int:
+    from devstack import ports
+
+    return ports.s3_proxy(ports.SOAK)
 
 
 def soak_settings(endpoints: StackEndpoints, proxy_url: str, run_id: str) -> Settings:
@@ -622,7 +616,7 @@ async def run_soak(
     run_id = uuid.uuid4().hex[:8]
     stack = Stack(state_dir, soak_ports())
     endpoints = await asyncio.to_thread(stack.up)
-    proxy = S3FaultProxy(endpoints.s3_endpoint, port=SOAK_PROXY_PORT).start()
+    proxy = S3FaultProxy(endpoints.s3_endpoint, port=soak_proxy_port()).start()
     settings = soak_settings(endpoints, proxy.url, run_id)
     echo(f"soak {run_id}: seed={seed} minutes={minutes} stack={state_dir}")
     counts = SoakCounts()
