@@ -7,9 +7,15 @@ this CLI, from the Temporal UI's Schedules page (Pause / Unpause) or with ``temp
 
 Each deleting process (the bookkeeper and offload pools) reads it every ``kill_switch_seconds`` in the
 background (:class:`Watch`), and each delete activity asks the watch before it changes anything: paused, it
-raises :class:`DeletionPaused`, which the workflow waits out, visibly (``DeletionStep=paused``); not read
-lately (Temporal out of reach), it raises :class:`PauseStateUnknown`, retried, so a process cut off from
+raises :class:`DeletionPaused`, which the workflow waits out, visibly (``DeletionStep=paused``); read too long
+ago (Temporal out of reach), it raises :class:`PauseStateUnknown`, retried, so a process cut off from
 Temporal cannot miss a pause. A run that is not paused pays nothing: no event, no call in its path.
+
+"Too long ago" is counted from when the read *started* (``kill_switch_stale_seconds``), which is what lets
+``ledger-deletion pause`` promise something: once the switch reads back as on, a read started later sees it
+on, and a view from a read started earlier is refused once ``kill_switch_stale_seconds`` have passed; so
+after that long, no delete passes :meth:`Watch.check` in any deleting process with that bound or a smaller
+one (``ledger_deletion.ops.pause`` waits it).
 
 Why a Schedule rather than a task-queue rate limit or Temporal's activity pause: docs/design.md, "The kill
 switch".
@@ -38,7 +44,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from ledger_deletion.errors import DeletionPaused, PauseStateUnknown
+from ledger_deletion.errors import ConfigurationError, DeletionPaused, PauseStateUnknown
 
 log = logging.getLogger(__name__)
 
@@ -130,10 +136,17 @@ class Watch:
     def __init__(
         self, read_switch: Callable[[], Awaitable[SwitchState]], every_seconds: float, stale_seconds: float
     ) -> None:
+        if every_seconds >= stale_seconds:
+            # Every view would go stale before the next look: deletes refused for part of every period.
+            raise ConfigurationError(
+                f"LEDGER_DELETION_KILL_SWITCH_SECONDS ({every_seconds:g}) must be less than "
+                f"LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS ({stale_seconds:g})"
+            )
         self._read = read_switch
         self._every = every_seconds
         self._stale = stale_seconds
-        # Replaced whole, never mutated: activity threads read it while the event loop writes it.
+        # (state, when the read that found it started): replaced whole, never mutated, since activity threads
+        # read it while the event loop writes it.
         self._last: tuple[SwitchState, float] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one refresh() runs on
 
@@ -147,7 +160,10 @@ class Watch:
         last = self._last
         if last is None or time.monotonic() - last[1] > self._stale:
             seen = "never" if last is None else f"{time.monotonic() - last[1]:.0f} s ago"
-            raise PauseStateUnknown(f"the kill switch was last read {seen}: nothing is deleted until it is")
+            raise PauseStateUnknown(
+                f"the kill switch was last read {seen} (bound: LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS="
+                f"{self._stale:g}): nothing is deleted until it is read again"
+            )
         if last[0].paused:
             state = self._read_now() or last[0]
             if state.paused:
@@ -174,13 +190,26 @@ class Watch:
 
     @property
     def age_seconds(self) -> float | None:
+        """Since the last read that counts started; None before the first."""
         return None if self._last is None else time.monotonic() - self._last[1]
 
     async def refresh(self) -> SwitchState:
+        """Read the switch; the view it leaves is as old as the read's start.
+
+        From the start, not the answer: a read sent before a pause and answered after it reports the switch
+        off, and dated by its answer it would let deletes run for another ``stale_seconds`` counted from after
+        the pause, past the moment ``ledger-deletion pause`` promises. For the same reason an answer never
+        replaces one from a read that started later (the background read and a refusal's fresh read can
+        overlap).
+        """
         self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
         state = await self._read()
-        was = self.paused
-        self._last = (state, time.monotonic())
+        last = self._last
+        if last is not None and last[1] > started:
+            return last[0]
+        self._last = (state, started)
+        was = None if last is None else last[0].paused
         if was is not None and was != state.paused or was is None and state.paused:
             log.warning("kill switch: %s", state.describe())
         return state
