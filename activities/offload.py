@@ -63,6 +63,10 @@ class OffloadActivities:
             return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=found.refused)
         if not found.existing:
             return DeleteOffloadResult(Outcome.ALREADY_DELETED, reason="no offloaded objects left")
+        # Again, now: the HEADs above take seconds against a slow store, and `ledger-deletion pause` promises
+        # that no DeleteObjects starts once it has returned, not only no activity. Once, not per bucket:
+        # the data and index objects go or stay together.
+        self._may_delete()
         markers: set[tuple[str, str]] = set()
         for bucket, keys in found.existing.items():
             markers.update((bucket, key) for key in self._store.delete(bucket, keys))

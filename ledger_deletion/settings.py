@@ -507,13 +507,18 @@ class Settings(BaseSettings):
         default=2.0,
         gt=0,
         description="How often a deleting process (bookkeeper, offload pool) reads the kill switch "
-        "(ledger-deletion pause), seconds: a pause stops new deletes within about this long.",
+        "(ledger-deletion pause), seconds: it sees a pause within about this long. Less than "
+        "LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS.",
     )
+    # Also how long `pause` waits before it returns: short enough for an operator in an incident, and five
+    # looks at the default 2 s, so a slow or missed read of Temporal does not stop deletes by itself.
     kill_switch_stale_seconds: float = Field(
-        default=30.0,
+        default=10.0,
         gt=0,
-        description="A deleting process that has not read the kill switch for this long deletes nothing "
-        "(PauseStateUnknown, retried) until it reads it again, seconds.",
+        description="A deleting process whose last read of the kill switch started this long ago deletes "
+        "nothing (PauseStateUnknown, retried) until it reads it again, seconds; ledger-deletion pause waits "
+        "this long before it returns, so that no delete starts after it has: give the CLI the same value "
+        "as the bookkeeper and offload pools (or a larger one).",
     )
     pause_recheck_seconds: float = Field(
         default=30.0,

@@ -317,7 +317,13 @@ async def _kill_switch(
         await kill_switch.ensure(
             client, settings.kill_switch_id, f"the {pools} pool of {kill_switch.operator()}"
         )
-        log.info("kill switch %s: %s", settings.kill_switch_id, (await watch.refresh()).describe())
+        log.info(
+            "kill switch %s: %s (read every %g s; deletes refused on a read started over %g s ago)",
+            settings.kill_switch_id,
+            (await watch.refresh()).describe(),
+            settings.kill_switch_seconds,
+            settings.kill_switch_stale_seconds,
+        )
     except Exception as exc:  # Temporal not there yet: deletes wait (PauseStateUnknown) until it is read
         log.warning("kill switch %s unreadable at start: %s", settings.kill_switch_id, exc)
     refresher = asyncio.create_task(watch.run(stop))

@@ -295,25 +295,48 @@ def pause(
         str, typer.Option(help="Why, for the note others will read (e.g. an incident id).")
     ] = "",
     show: Annotated[bool, typer.Option("--show", help="Only show whether deletes are paused.")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait/--no-wait",
+            help="Return only once no delete can start any more (LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS "
+            "after the switch is on); --no-wait: right after the switch is on, while deleting processes "
+            "may still start deletes until they look again.",
+        ),
+    ] = True,
     output: OutputOption = Output.table,
 ) -> None:
-    """Stop every delete of this deployment within seconds (the kill switch); checks keep running.
+    """Stop every delete of this deployment (the kill switch); checks keep running.
+
+    Once this returns, no delete starts in any deleting process: it turns the switch on, then waits
+    LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS (10 s by default), by which time each process has read the
+    switch since it went on, or refuses every delete on its older view. That needs the same
+    LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS here as in the bookkeeper and offload pools (or a larger one
+    here). A delete already past the switch when this returns finishes its one ZooKeeper or S3 call.
 
     Runs that reach their delete wait, visibly (DeletionStep=paused), holding their messages: nothing is
     lost or dead-lettered. The switch is a Temporal Schedule, <prefix>-kill-switch: without this CLI, pause
     it in the Temporal UI (Schedules) or with `temporal schedule toggle --schedule-id <prefix>-kill-switch
-    --pause --reason ...`.
+    --pause --reason ...`, and allow the same wait before counting on it.
     """
     from ledger_deletion import kill_switch
     from ledger_deletion.ops import pause as switch
 
     settings = load_settings(require=TEMPORAL)
 
+    def waiting(seconds: float) -> None:
+        errors.print(
+            f"kill switch {settings.kill_switch_id} is on; waiting {seconds:g} s "
+            "(LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS) until no deleting process can start a delete"
+        )
+
     async def run() -> Any:
         client = await _client(settings)
         if show:
             return await switch.state(client, settings)
-        return await switch.pause(client, settings, reason, kill_switch.operator())
+        return await switch.pause(
+            client, settings, reason, kill_switch.operator(), wait=wait, waiting=waiting
+        )
 
     _report_switch(asyncio.run(run()), output)
 
@@ -336,6 +359,16 @@ def _report_switch(found: Any, output: Output) -> None:
         _emit_json(found.as_json())
         return
     _console().print(f"kill switch {found.switch_id}: {found.state.describe()}")
+    if found.holds:
+        _console().print(
+            f"no delete starts from now on (waited {found.waited_seconds:.1f} s: every deleting process has "
+            f"read the switch since, or refuses on an older view); a delete already under way finishes"
+        )
+    elif found.state.paused and found.stale_seconds:  # pause --no-wait
+        _console().print(
+            f"not waited: a deleting process may still start deletes for up to {found.stale_seconds:g} s "
+            "(LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS), until it reads the switch again"
+        )
     if found.waiting_runs or found.signal_failures:
         _console().print(
             f"signalled {found.waiting_runs} waiting run(s) to resume"

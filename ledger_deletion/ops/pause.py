@@ -1,13 +1,18 @@
 """``ledger-deletion pause`` and ``resume``: the kill switch (``ledger_deletion.kill_switch``) from the CLI.
 
-Pausing turns the switch on; every deleting process sees it within ``kill_switch_seconds`` and refuses each
-delete from then on, while the checks keep running. Resuming turns it off and signals every run that waits
-on it (``DeletionStep="paused"``), so they delete at once instead of at their next backstop look.
+Pausing turns the switch on, then waits ``kill_switch_stale_seconds`` before it returns: by then every
+deleting process has read the switch since it went on, or refuses to delete on its older view
+(``PauseStateUnknown``), so no delete passes the switch after ``pause`` returns (docs/design.md, "The kill
+switch"). Healthy processes see it sooner, within ``kill_switch_seconds``, but only the stale bound is
+enforced whatever Temporal does. Checks keep running meanwhile. Resuming turns it off and signals every run
+that waits on it (``DeletionStep="paused"``), so they delete at once instead of at their next backstop look.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -28,6 +33,18 @@ class SwitchReport:
     state: kill_switch.SwitchState
     waiting_runs: int = 0  # runs found waiting on the switch (pause: 0; resume: those signalled)
     signal_failures: int = 0  # runs that could not be signalled (they resume at their backstop look)
+    # pause: seconds waited after the switch read back as on (None: not waited, --no-wait or not on)
+    waited_seconds: float | None = None
+    stale_seconds: float = 0.0  # pause: the bound waited for, kill_switch_stale_seconds
+
+    @property
+    def holds(self) -> bool:
+        """No delete passes the switch from now on (in every process whose stale bound is no larger)."""
+        return (
+            self.state.paused
+            and self.waited_seconds is not None
+            and self.waited_seconds >= self.stale_seconds
+        )
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -36,6 +53,8 @@ class SwitchReport:
             "note": self.state.note,
             "runs_signalled": self.waiting_runs,
             "signal_failures": self.signal_failures,
+            "waited_seconds": None if self.waited_seconds is None else round(self.waited_seconds, 3),
+            "deletes_held": self.holds,
         }
 
 
@@ -48,9 +67,34 @@ async def state(client: Client, settings: Settings) -> SwitchReport:
     return SwitchReport(settings.kill_switch_id, await kill_switch.read(client, settings.kill_switch_id))
 
 
-async def pause(client: Client, settings: Settings, reason: str, who: str) -> SwitchReport:
+async def pause(
+    client: Client,
+    settings: Settings,
+    reason: str,
+    who: str,
+    *,
+    wait: bool = True,
+    waiting: Callable[[float], None] = lambda seconds: None,
+) -> SwitchReport:
+    """Turn the switch on; with ``wait``, return only once no deleting process can pass it any more.
+
+    ``kill_switch.pause`` returns the switch as read back after pausing. A Schedule's state is read through
+    its scheduler workflow, whose queries are strongly consistent (answered after any signal it has taken),
+    so once that read saw it on, every read started later sees it on; a process whose last read started
+    earlier refuses once that read is ``kill_switch_stale_seconds`` old (``kill_switch.Watch.check``). Hence
+    the wait, counted from here. ``waiting`` is told its length first (the CLI says so before it sleeps).
+    """
     switched = await kill_switch.pause(client, settings.kill_switch_id, reason, who)
-    return SwitchReport(settings.kill_switch_id, switched)
+    seen_on = time.monotonic()
+    bound = settings.kill_switch_stale_seconds
+    if not wait or not switched.paused:  # not on: resumed meanwhile by someone else; nothing to wait for
+        return SwitchReport(settings.kill_switch_id, switched, stale_seconds=bound)
+    waiting(bound)
+    await asyncio.sleep(bound)
+    # asyncio's timer may fire a hair early by the monotonic clock: never return before the bound.
+    while (waited := time.monotonic() - seen_on) < bound:
+        await asyncio.sleep(bound - waited)
+    return SwitchReport(settings.kill_switch_id, switched, waited_seconds=waited, stale_seconds=bound)
 
 
 async def resume(client: Client, settings: Settings, who: str) -> SwitchReport:

@@ -171,7 +171,9 @@ async def test_pause_holds_every_delete_across_a_restart_and_resume_finishes_the
     _, requests = orphan_requests(cluster, tenant)
     # Long backstop looks: what resumes the runs here is the resume command's signal.
     deployment = own.with_overrides(pause_recheck_seconds=300)
-    assert (await cli_json("pause", "--reason", "rollout test"))["paused"] is True
+    # No deleting process runs yet, so nothing to wait for: --no-wait, which says the wait was skipped.
+    paused = await cli_json("pause", "--reason", "rollout test", "--no-wait")
+    assert paused["paused"] is True and paused["waited_seconds"] is None and paused["deletes_held"] is False
 
     async with running_pools(deployment, temporal_client) as running:
         assert running.kill_switch is not None and running.kill_switch.paused is True
@@ -285,3 +287,49 @@ async def test_the_switch_flipped_without_the_cli_holds_and_releases_deletes(
         await asyncio.to_thread(subprocess.run, [*toggle, "--unpause"], check=True)
         done = await results(temporal_client, requests, Mode.LIVE)
     assert {r.outcome for r in done.values()} == {Outcome.DELETED}
+
+
+async def test_no_delete_starts_once_pause_has_returned(
+    own: Settings, temporal_client: Client, cluster: SimulatedCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39, as an operator found it: ``pause``, then requests submitted at once, all deleted within a
+    second, because the deleting process had not looked at the switch again yet. ``pause`` now returns only
+    once every deleting process has either read the switch since it went on or refuses to delete on a view
+    that old (``LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS``, the same for the pools and the CLI here)."""
+    stale = 6.0
+    # Looks far apart, so that without the wait the pause is certainly unseen when the deletes come.
+    deployment = own.with_overrides(
+        kill_switch_seconds=stale - 1, kill_switch_stale_seconds=stale, pause_recheck_seconds=300
+    )
+    monkeypatch.setenv("LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS", f"{stale:g}")
+    tenant = f"just-paused-{uuid.uuid4().hex[:6]}"
+    _, requests = orphan_requests(cluster, tenant)
+    assert len(requests) == 3  # two BookKeeper ledgers and one offloaded, as in the issue
+    async with running_pools(deployment, temporal_client) as running:
+        switch = running.kill_switch
+        assert switch is not None and switch.paused is False
+        # The worst moment to pause: just after the process looked, its next look a whole period away.
+        deadline = time.monotonic() + 3 * stale
+        while (switch.age_seconds or stale) > 0.3:
+            assert time.monotonic() < deadline, "the pool never read the switch"
+            await asyncio.sleep(0.02)
+        started = time.monotonic()
+        paused = await cli_json("pause", "--reason", "issue 39")
+        waited = time.monotonic() - started
+        publish(own, requests)
+
+        async def settled() -> None:  # each run waits on the switch, or has ended (deleted, on old code)
+            for request in requests:
+                status = (await cli_json("show", request.workflow_id))[0]
+                live = status.get("live_status") or {}
+                assert live.get("step") == Step.PAUSED.value or status.get("status") != "RUNNING", status
+
+        await eventually(settled, timeout=60)
+        gone = [(r.ledger_type.value, r.ledger_id) for r in requests if not still_there(cluster, r)]
+        assert gone == [], f"deleted though submitted after pause returned (in {waited:.1f} s)"
+        await _waiting(temporal_client, requests)
+        assert paused["deletes_held"] is True and paused["waited_seconds"] >= stale  # what it rests on
+        resumed = await cli_json("resume")
+        assert resumed["paused"] is False
+        done = await results(temporal_client, requests, Mode.LIVE)
+    assert {r.outcome for r in done.values()} == {Outcome.DELETED}, done
