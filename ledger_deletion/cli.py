@@ -20,7 +20,7 @@ from ledger_deletion.ops.cli import Output, OutputOption
 from ledger_deletion.settings import (
     POOLS,
     TEMPORAL,
-    WATCH_ENDPOINTS,
+    WATCH_REQUIRES,
     load_settings,
     pool_deletes,
     pool_endpoints,
@@ -189,7 +189,7 @@ def watch() -> None:
     """
     from workers.watcher import main as run_watcher
 
-    run_watcher(load_settings(require=WATCH_ENDPOINTS, deletes=()))  # it only reads, and publishes requests
+    run_watcher(load_settings(require=WATCH_REQUIRES, deletes=()))  # it only reads, and publishes requests
 
 
 COMMANDS_GROUP = "ledger_deletion.commands"

@@ -27,6 +27,8 @@ from ledger_deletion.contracts import Mode, Step
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.formats.offload_keys import normalise_endpoint
 from ledger_deletion.rollout import LiveScope, parse_scope_entries
+from ledger_deletion.shared_bookkeeper import DOCS as SHARED_BOOKKEEPER_DOCS
+from ledger_deletion.shared_bookkeeper import SharedBookKeeper
 
 DEFAULT_TOPIC = "persistent://pulsar/system/__ledger_deletion"
 DEFAULT_SUBSCRIPTION = "ledger-deletion-worker"
@@ -45,11 +47,19 @@ POOL_ENDPOINTS: dict[str, tuple[str, ...]] = {
 }
 # ``ledger-deletion watch``: Temporal, Pulsar's metadata and BookKeeper's ledgers, and the deletion topic.
 WATCH_ENDPOINTS = (*TEMPORAL, "zookeeper", "pulsar_url")
+# What ``watch`` and ``reconcile --submit`` must be told besides their endpoints (they request deletes).
+WATCH_REQUIRES = (*WATCH_ENDPOINTS, "bookkeeper_shared_with")
 # The stores a pool deletes in. Only a process running such a pool may hold that store's deleting login
 # (load_settings' ``deletes``). S3's rights come from the AWS credential chain, which says nothing about them
 # before a request is refused, so only ZooKeeper's logins are checked.
 POOL_DELETES: dict[str, tuple[str, ...]] = {"bookkeeper": ("zookeeper",), "offload": ("s3",)}
 ENDPOINTS = ("temporal_address", "pulsar_url", "pulsar_admin_url", "zookeeper", "s3_endpoint")
+# Settings with no default that are not endpoints: a fact about the deployment only its operator knows, which
+# a process that deletes (or requests deletes) must be told. Required and refused the way endpoints are.
+DECLARATIONS = ("bookkeeper_shared_with",)
+REQUIRED = (*ENDPOINTS, *DECLARATIONS)
+# The pools that decide or carry out deletes: each must know who else writes to this BookKeeper.
+DELETING_POOLS = ("workflow", "bookkeeper", "offload")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 STACK_HINT = 'for the embedded stack run: eval "$(ledger-deletion stack env)"'
 
@@ -330,6 +340,16 @@ class Settings(BaseSettings):
         description="Pulsar's own metadata store (its metadataStoreUrl, host:port[,host:port][/chroot]) "
         "when it is not BookKeeper's ZooKeeper; empty: that same ZooKeeper, as in Pulsar's default "
         "deployment. Read for schema locators and by reconcile, never written.",
+    )
+    bookkeeper_shared_with: str = Field(
+        default="",
+        title=f"'none' or the other Pulsar clusters' metadata stores sharing this BookKeeper, see "
+        f"{SHARED_BOOKKEEPER_DOCS}",
+        description="Who else writes to this BookKeeper: 'none' (this Pulsar cluster alone uses it; a "
+        "tripwire spot-checks it) or the metadata stores of every other Pulsar cluster that does, "
+        "comma-separated ZooKeeper connect strings each ending in its chroot ('/' for the root), e.g. "
+        "zk1:2181,zk2:2181/pulsar-b,zkc:2181/; read with Pulsar's metadata store's credentials. No default: "
+        "needed by the workflow, bookkeeper and offload pools, watch and reconcile --submit.",
     )
     pulsar_metadata_zookeeper_digest: SecretStr | None = Field(
         default=None,
@@ -612,6 +632,13 @@ class Settings(BaseSettings):
         parse_scope_entries(value)  # raises ValueError, which pydantic reports against the variable
         return value
 
+    @field_validator("bookkeeper_shared_with")
+    @classmethod
+    def _shared_with(cls, value: str) -> str:
+        if value.strip():
+            SharedBookKeeper.parse(value)  # raises ValueError, which pydantic reports against the variable
+        return value.strip()
+
     @field_validator("step_timeout_seconds")
     @classmethod
     def _known_timed_steps(cls, value: dict[str, float]) -> dict[str, float]:
@@ -634,6 +661,19 @@ class Settings(BaseSettings):
     def pulsar_metadata_hosts(self) -> str:
         """The ZooKeeper that holds Pulsar's metadata (``/managed-ledgers``, ``/schemas``)."""
         return self.pulsar_metadata_zookeeper or self.zookeeper
+
+    @property
+    def shared_bookkeeper(self) -> SharedBookKeeper:
+        """Who else writes to this BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH), parsed.
+
+        Raises:
+            ConfigurationError: the setting is unset (a process that deletes is refused at start before).
+        """
+        if not self.bookkeeper_shared_with:
+            raise ConfigurationError(
+                f"{env_name('bookkeeper_shared_with')} is not set: see {SHARED_BOOKKEEPER_DOCS}"
+            )
+        return SharedBookKeeper.parse(self.bookkeeper_shared_with)
 
     @property
     def pulsar_metadata_digest_value(self) -> str | None:
@@ -728,7 +768,8 @@ def load_settings(
 ) -> Settings:
     """Read the environment once. Call only at the edge (CLI commands, worker ``main``).
 
-    ``require``: the endpoints (:data:`ENDPOINTS`) the command connects to; each one unset is named.
+    ``require``: the endpoints (:data:`ENDPOINTS`) the command connects to and the declarations
+    (:data:`DECLARATIONS`) it depends on; each one unset is named.
     ``deletes``: the stores the process deletes in (:func:`pool_deletes`), for a service process; a login
     that deletes anywhere else is refused. ``None`` (an operator's command): not checked.
 
@@ -771,8 +812,8 @@ def load_settings(
 
 
 def missing_endpoints(settings: Settings, require: Iterable[str]) -> list[str]:
-    """The fields of ``require`` left unset, in order."""
-    unknown = set(require) - set(ENDPOINTS)
+    """The fields of ``require`` (endpoints and declarations) left unset, in order."""
+    unknown = set(require) - set(REQUIRED)
     if unknown:
         raise ValueError(f"not endpoints: {', '.join(sorted(unknown))}")
     # The S3 endpoint's empty string is a choice (AWS's own endpoints); every other endpoint's is a gap.
@@ -784,9 +825,14 @@ def missing_endpoints(settings: Settings, require: Iterable[str]) -> list[str]:
 
 
 def pool_endpoints(pools: Iterable[str]) -> tuple[str, ...]:
-    """The endpoints a process running ``pools`` connects to, in the order of ``ENDPOINTS``."""
-    wanted = {field for pool in pools for field in POOL_ENDPOINTS[pool]}
-    return tuple(field for field in ENDPOINTS if field in wanted)
+    """The endpoints a process running ``pools`` connects to, in the order of ``ENDPOINTS``, and the
+    declarations it needs: a process running a deleting pool (:data:`DELETING_POOLS`) must be told whether
+    its BookKeeper is shared."""
+    chosen = tuple(pools)
+    wanted = {field for pool in chosen for field in POOL_ENDPOINTS[pool]}
+    if any(pool in DELETING_POOLS for pool in chosen):
+        wanted.update(DECLARATIONS)
+    return tuple(field for field in REQUIRED if field in wanted)
 
 
 def pool_deletes(pools: Iterable[str]) -> tuple[str, ...]:

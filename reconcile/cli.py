@@ -45,7 +45,9 @@ def run_from_settings(
         return 2
     # It only reads ZooKeeper and S3 (and may publish requests): the deleting logins are refused.
     settings = load_settings(
-        require=("zookeeper", "s3_endpoint", *(("pulsar_url",) if submit else ())), deletes=()
+        # Submitting requests deletes: it must be told whether this BookKeeper is shared.
+        require=("zookeeper", "s3_endpoint", *(("pulsar_url", "bookkeeper_shared_with") if submit else ())),
+        deletes=(),
     )
     if (settings.s3_endpoint or "").startswith(_LOOPBACK):
         # The embedded stack's moto accepts any credentials; boto3 only needs some to sign requests.

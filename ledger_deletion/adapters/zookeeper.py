@@ -364,7 +364,9 @@ class LedgerStore(LedgerReader):
 
 @dataclass
 class PulsarMetadataStore:
-    """Reads of Pulsar's own metadata store (``metadataStoreUrl``), where schema locators live."""
+    """Reads of a Pulsar cluster's own metadata store (``metadataStoreUrl``), where managed ledgers and schema
+    locators live: this cluster's, and one per other cluster sharing the BookKeeper
+    (``LEDGER_DELETION_BOOKKEEPER_SHARED_WITH``), each read with the same reading credentials as ours."""
 
     hosts: str
     timeout_seconds: float = 10.0
@@ -415,6 +417,30 @@ class PulsarMetadataStore:
                 f"ZooKeeper {self.hosts} has no {MANAGED_LEDGERS_ROOT}, so it is not where Pulsar keeps its "
                 "topics: set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadata store"
             )
+
+    def knows_namespace(self, namespace: str) -> bool:
+        """Whether this cluster has the namespace ``tenant/ns`` (or v1's ``tenant/cluster/ns``): its
+        ``/managed-ledgers/<namespace>`` exists.
+
+        Narrow on purpose, since a namespace being known is what lets its ledgers be deleted. That znode is in
+        the cluster's LOCAL metadata store: it is created (as a parent) with the namespace's first managed
+        ledger (``MetaStoreImpl.getManagedLedgerInfo``, creating ``/managed-ledgers/<ns>/persistent/<topic>``)
+        and removed by the namespace's deletion (``NamespacesBase.internalDeleteNamespace*`` ->
+        ``internalClearZkSources`` -> ``TopicResources.clearDomainPersistence`` then
+        ``clearNamespacePersistence``). Not ``/admin/policies/<ns>``: that is the configuration store, which
+        geo-replicated clusters share, so another cluster's namespace would look like ours. Not
+        ``/namespace/<ns>`` (bundle ownership: what it holds depends on the load manager in use) nor
+        ``/admin/local-policies/<ns>`` (written only once a local policy is set or a bundle split). A
+        namespace that never had a persistent topic may still have schema ledgers (a non-persistent topic's
+        schema): unknown, so never deleted, which errs on the side of keeping.
+
+        Raises:
+            InvalidRequestError: a namespace that is not ``tenant/ns`` or ``tenant/cluster/ns``.
+        """
+        segments = namespace.split("/")
+        if len(segments) not in (2, 3) or any(part in ("", ".", "..") for part in segments):
+            raise InvalidRequestError(f"namespace {namespace[:80]!r} is not tenant/ns or tenant/cluster/ns")
+        return self._session.get(f"{MANAGED_LEDGERS_ROOT}/{namespace}") is not None
 
     def read_schema_locator(self, schema_id: str) -> bytes | None:
         """The content of ``/schemas/<schema_id>`` (a ``SchemaLocator``), or None when there is none.

@@ -214,6 +214,7 @@ def _worker_with_a_port_taken(variable: str) -> subprocess.CompletedProcess[str]
             LEDGER_DELETION_PULSAR_ADMIN_URL="http://127.0.0.1:1",
             LEDGER_DELETION_ZOOKEEPER="127.0.0.1:1",
             LEDGER_DELETION_S3_ENDPOINT="http://127.0.0.1:1",
+            LEDGER_DELETION_BOOKKEEPER_SHARED_WITH="none",
             LEDGER_DELETION_METRICS_HOST="127.0.0.1",
             LEDGER_DELETION_METRICS_PORT="0",
             LEDGER_DELETION_TEMPORAL_METRICS_PORT="0",

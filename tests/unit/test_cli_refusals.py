@@ -60,6 +60,8 @@ def test_a_worker_without_its_endpoints_names_each_and_exits_2() -> None:
     assert done.stderr == (
         "error: missing settings: TEMPORAL_ADDRESS (Temporal frontend, host:port, or a profile's "
         "(TEMPORAL_PROFILE)), LEDGER_DELETION_ZOOKEEPER "
-        "(ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]); "
+        "(ZooKeeper holding BookKeeper's ledger metadata, host:port[/chroot]), "
+        "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH ('none' or the other Pulsar clusters' metadata stores "
+        "sharing this BookKeeper, see docs/deployment.md#shared-bookkeeper); "
         'for the embedded stack run: eval "$(ledger-deletion stack env)"\n'
     )

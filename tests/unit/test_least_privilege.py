@@ -112,6 +112,7 @@ def _cli(*args: str, **variables: str) -> subprocess.CompletedProcess[str]:
         LEDGER_DELETION_ZOOKEEPER="127.0.0.1:1",
         LEDGER_DELETION_PULSAR_URL="pulsar://127.0.0.1:1",
         LEDGER_DELETION_PULSAR_ADMIN_URL="http://127.0.0.1:1",
+        LEDGER_DELETION_BOOKKEEPER_SHARED_WITH="none",
         **variables,
     )
     return subprocess.run(

@@ -75,6 +75,7 @@ def test_worker_mode_reaches_the_settings(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:7233")
     monkeypatch.setenv("LEDGER_DELETION_PULSAR_ADMIN_URL", "http://127.0.0.1:8080")
     monkeypatch.setenv("LEDGER_DELETION_ZOOKEEPER", "127.0.0.1:2181")
+    monkeypatch.setenv("LEDGER_DELETION_BOOKKEEPER_SHARED_WITH", "none")
     result = CliRunner().invoke(app, ["worker", "--pool", "workflow", "--mode", "shadow"])
     assert result.exit_code == 0, result.output
     ((pools, settings),) = seen

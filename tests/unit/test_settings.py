@@ -7,6 +7,7 @@ from pydantic import SecretStr
 
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.settings import (
+    DELETING_POOLS,
     ENDPOINTS,
     POOLS,
     Settings,
@@ -84,6 +85,8 @@ def test_a_command_is_refused_naming_each_missing_endpoint_and_what_it_is(
 def test_each_pool_needs_only_the_endpoints_it_connects_to(
     pool: str, needs: set[str], no_endpoints: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if pool in DELETING_POOLS:  # and, deciding or doing deletes, whether the BookKeeper is shared
+        monkeypatch.setenv("LEDGER_DELETION_BOOKKEEPER_SHARED_WITH", "none")
     for field in needs:
         monkeypatch.setenv(ENDPOINT_ENV[field], "http://somewhere:1" if field == "s3_endpoint" else "host:1")
     assert load_settings(require=pool_endpoints([pool])).task_queue(pool)

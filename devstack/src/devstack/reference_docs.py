@@ -26,7 +26,7 @@ from pydantic_core import PydanticUndefined
 
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.observability.metrics import INSTRUMENTS, STEP_BUCKETS, Instrument
-from ledger_deletion.settings import ENDPOINTS, RETRIED_STEPS, TIMED_STEPS, Settings, StepRetry, env_name
+from ledger_deletion.settings import REQUIRED, RETRIED_STEPS, TIMED_STEPS, Settings, StepRetry, env_name
 
 ROOT = Path(__file__).resolve().parents[3]  # devstack/src/devstack/ -> the repository
 COMMAND = "python -m devstack.reference_docs"
@@ -115,7 +115,7 @@ def _setting_row(name: str, info: FieldInfo) -> str:
 
 
 def _default(name: str, info: FieldInfo) -> str:
-    if name in ENDPOINTS:
+    if name in REQUIRED:
         return "required"
     if info.default_factory is not None:
         value: Any = info.default_factory()  # type: ignore[call-arg]  # settings' factories take no argument

@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 DEFAULT_BUCKET = "pulsar-offload"
 CLUSTER = "standalone"  # the cluster the admin emulator's two brokers belong to (its default)
+# One Pulsar cluster uses the stack's BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH); a test that adds a
+# second cluster says so itself.
+SHARED_WITH = "none"
 DEFAULT_PARTITIONS = 4  # pulsar-lite gives every auto-created topic this many partitions
 S3_REGION = "us-east-1"
 # moto accepts any credentials; these only have to exist so boto3 signs requests.
@@ -139,6 +142,7 @@ class StackEndpoints:
             zookeeper=self.zookeeper,
             s3_endpoint=self.s3_endpoint,
             offload_bucket=self.offload_bucket,
+            bookkeeper_shared_with=SHARED_WITH,
         ).with_overrides(**overrides)
 
     @property
@@ -159,6 +163,7 @@ class StackEndpoints:
             "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
             "LEDGER_DELETION_S3_ENDPOINT": self.s3_endpoint,
             "LEDGER_DELETION_OFFLOAD_BUCKET": self.offload_bucket,
+            "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH": SHARED_WITH,
             **DUMMY_AWS_CREDENTIALS,
             # boto3 refuses to build a client without a region; moto does not care which.
             "AWS_DEFAULT_REGION": S3_REGION,
