@@ -16,7 +16,14 @@ from packaging.utils import canonicalize_name
 from tests.deploy.support import ROOT, load_all_yaml
 
 BUILD_BACKEND = {"setuptools", "wheel"}
-_LOCKED = re.compile(r"^([a-z0-9][a-z0-9._-]*)==([^\s\\]+) \\\n    --hash=sha256:([0-9a-f]{64})$", re.M)
+# An entry of requirements.lock: the pin, then one hash line per file, each but the last continued.
+_LOCKED = re.compile(
+    r"^([a-z0-9][a-z0-9._-]*)==([^\s\\]+) \\\n((?:    --hash=sha256:[0-9a-f]{64} \\\n)*"
+    r"    --hash=sha256:[0-9a-f]{64})$",
+    re.M,
+)
+# The line above the spark extra's own packages: the service image installs the lock down to it.
+RECONCILE_ONLY = "# --- the reconcile image only: the spark extra's own packages ---"
 
 
 @cache
@@ -37,12 +44,33 @@ def of(keyword: str) -> list[str]:
 
 
 @cache
+def stages() -> dict[str, list[tuple[str, str]]]:
+    """The instructions of each build stage, by name, with those of the stages it is built FROM first."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    for keyword, rest in instructions():
+        if keyword == "FROM":
+            image, _, name = rest.partition(" AS ")
+            current = list(found.get(image, []))
+            found[name] = current
+        current.append((keyword, rest))
+    return found
+
+
+def stage_runs(stage: str) -> str:
+    return " ".join(rest for keyword, rest in stages()[stage] if keyword == "RUN")
+
+
+@cache
 def locked() -> dict[str, str]:
     text = (ROOT / "requirements.lock").read_text()
     entries = {canonicalize_name(name): version for name, version, _ in _LOCKED.findall(text)}
     # Every non-comment line belongs to an entry of that exact form (name==version and one sha256).
     body = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert len(body) == 2 * len(entries), "requirements.lock has lines that are not a pin with its hash"
+    hashes = sum(m.group(3).count("--hash=") for m in _LOCKED.finditer(text))
+    assert len(body) == len(entries) + hashes, (
+        "requirements.lock has lines that are not a pin with its hashes"
+    )
     return entries
 
 
@@ -78,16 +106,50 @@ def test_pip_installs_only_the_lock_with_hashes_and_the_product_without_dependen
     product = [c for c in commands if c not in locked_installs]
     assert product == ["pip install --no-cache-dir --no-deps --no-build-isolation ."], product
     assert any("pip check" in run for run in of("RUN")), "pip check: the lock holds every dependency"
-    # The build backend's entries are taken from the lock too.
-    assert any("grep -A1 -E '^(setuptools|wheel)==' requirements.lock" in run for run in of("RUN"))
+    # The build backend's entries, each with all its hash lines, are taken from the lock too.
+    assert any(
+        "awk '/^(setuptools|wheel)==/ {keep = 1} keep {print} keep && !/\\\\$/ {keep = 0}' requirements.lock"
+        in run
+        for run in of("RUN")
+    )
 
 
-def test_the_image_has_a_java_runtime_for_spark() -> None:
-    assert any("openjdk-17-jre-headless" in run for run in of("RUN"))
+def test_the_reconcile_image_has_a_java_runtime_for_spark() -> None:
+    assert "openjdk-17-jre-headless" in stage_runs("reconcile")
+
+
+def test_the_service_image_has_neither_a_java_runtime_nor_pyspark() -> None:
+    """The pools, the watcher and setup import no Spark: their image (the default target, the last stage)
+    installs the lock down to the line above the spark extra's own packages, and no JRE."""
+    assert list(stages())[-1] == "service", "the default target (the last stage) is the service image"
+    runs = stage_runs("service")
+    assert "openjdk" not in runs and "-r requirements.lock" not in runs
+    marker_prefix = RECONCILE_ONLY.removesuffix(": the spark extra's own packages ---")
+    assert f"sed '/^{marker_prefix}/,$d' requirements.lock >service.lock" in runs
+    assert "-r service.lock" in runs
+    lock = (ROOT / "requirements.lock").read_text()
+    service_part, marker, reconcile_part = lock.partition(RECONCILE_ONLY)
+    assert marker, "requirements.lock has the reconcile-only marker line"
+    above = {canonicalize_name(m.group(1)) for m in _LOCKED.finditer(service_part)}
+    below = {canonicalize_name(m.group(1)) for m in _LOCKED.finditer(reconcile_part)}
+    assert {"pyspark", "py4j", "matplotlib"} <= below and not above & below
+    dependencies = project()["project"]["dependencies"]  # type: ignore[index]
+    assert _closure(dependencies) <= above, "the service's own dependencies are above the marker"
+
+
+def test_the_reconcile_image_names_sparks_uid() -> None:
+    """apache/spark's images (apache/spark-docker, 4.x Dockerfiles: ARG spark_uid=185, useradd --uid
+    ${spark_uid} spark) run as 185, and so does the Spark-on-Kubernetes driver here; Hadoop's
+    UserGroupInformation, which Spark calls at start, fails for a uid with no passwd entry."""
+    runs = stage_runs("reconcile")
+    assert "useradd --system --uid 185 --gid 185" in runs and "groupadd --system --gid 185" in runs
+    assert "--uid 185" not in stage_runs("service")
 
 
 def _image_user() -> tuple[str, int]:
-    (user,) = of("USER")
+    users = set(of("USER"))
+    assert len(of("USER")) == 2, "each target (service, reconcile) sets its user"
+    (user,) = users
     uid = int(user.split(":")[0])
     named = re.search(r"useradd .*--uid (\d+) .*?(\S+)$", " ".join(of("RUN")), re.M)
     assert named is not None, "the uid has a name (useradd)"
@@ -99,7 +161,7 @@ def test_the_image_runs_as_a_named_user_that_is_not_root() -> None:
     assert uid > 0 and user == f"{uid}:{uid}"
     run = " ".join(of("RUN"))
     assert f"useradd --system --uid {uid} --gid {uid}" in run and f"groupadd --system --gid {uid}" in run
-    assert of("ENTRYPOINT") == ['["ledger-deletion"]']
+    assert set(of("ENTRYPOINT")) == {'["ledger-deletion"]'}
 
 
 def test_the_manifests_run_the_pods_as_the_images_user() -> None:
@@ -115,8 +177,9 @@ def test_the_manifests_run_the_pods_as_the_images_user() -> None:
 
 
 def test_the_base_image_is_pinned() -> None:
-    (base,) = of("FROM")
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", base), base
+    base, *targets = of("FROM")
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+ AS base", base), base
+    assert targets == ["base AS reconcile", "base AS service"]
 
 
 # --- the lock -----------------------------------------------------------------------------------------------
