@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.deploy.support import DEPLOY, ROOT, load_all_yaml
 from tests.deploy.test_compose import env, ours, services
@@ -237,11 +238,19 @@ def test_the_offload_endpoint_is_set_through_a_value_the_chart_reads() -> None:
     assert f"broker.configData.s3ManagedLedgerOffloadServiceEndpoint={endpoint}" in dev
 
 
-def render_with(components: list[str], settings_lines: list[str], tmp: Path) -> list[dict[str, Any]]:
-    """The production overlay with more components and settings, as an overlay of one's own would have."""
+def render_with(
+    components: list[str],
+    settings_lines: list[str],
+    tmp: Path,
+    overlay: str = "production",
+    release_lines: tuple[str, ...] = (),
+) -> list[dict[str, Any]]:
+    """An overlay on top of one of the repository's with more components, settings and Pulsar release values,
+    as an operator's own overlay would have."""
     kubectl = shutil.which("kubectl")
     assert kubectl
     (tmp / "settings.env").write_text("\n".join(settings_lines) + "\n")
+    (tmp / "pulsar-release.env").write_text("\n".join(release_lines) + "\n")
 
     def relative(path: Path) -> str:
         return os.path.relpath(path, tmp)  # kustomize takes no absolute roots
@@ -249,9 +258,11 @@ def render_with(components: list[str], settings_lines: list[str], tmp: Path) -> 
     listed = "".join(f"  - {relative(KUBERNETES / 'components' / c)}\n" for c in components)
     (tmp / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources:\n  - {relative(KUBERNETES / 'overlays' / 'production')}\ncomponents:\n{listed}"
+        f"resources:\n  - {relative(KUBERNETES / 'overlays' / overlay)}\ncomponents:\n{listed}"
         "configMapGenerator:\n  - name: ledger-deletion-settings\n    behavior: merge\n"
         "    envs: [settings.env]\n"
+        "  - name: pulsar-release\n    behavior: merge\n    envs: [pulsar-release.env]\n"
+        "    options: {disableNameSuffixHash: true}\n"
     )
     done = subprocess.run(
         [kubectl, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(tmp)],
@@ -293,3 +304,44 @@ def test_the_reconcile_jobs_run_the_reconcile_image_and_nothing_else_does() -> N
             reconcile = name.startswith("ledger-deletion-reconcile")
             assert repository.endswith("-reconcile") == reconcile, (name, container["image"])
     assert (DEPLOY / ".." / "Dockerfile").resolve().is_file()
+
+
+@pytest.mark.parametrize("overlay", ["production", "production-tls"])
+def test_one_place_sets_the_pulsar_release_and_namespace(overlay: str, tmp_path: Path) -> None:
+    """apache/pulsar-helm-chart pulsar-4.7.0: the chart's services are <fullname>-broker and
+    <fullname>-zookeeper (templates/_broker.tpl, _zookeeper.tpl), its broker pods <fullname>-broker-<n> under
+    <fullname>-broker-headless, all in the release's namespace, where fullname (templates/_helpers.tpl) is
+    the release when it contains "pulsar", else <release>-pulsar; generate_token.sh writes
+    <release>-token-<role>. base/pulsar-release.env names them once; an overlay merging other values there
+    (and including components/pulsar-release) moves every one of those names."""
+    rendered = render_with(
+        ["pulsar-release"],
+        [],
+        tmp_path,
+        overlay,
+        ("release=streams-a", "fullname=streams-a-pulsar", "namespace=messaging"),
+    )
+    text = yaml.safe_dump_all(rendered)
+    assert not re.search(r"(?<![\w-])pulsar-(broker|zookeeper|token)|\.pulsar\.svc", text), (
+        "a name left behind"
+    )
+    (config,) = [d for d in rendered if d["metadata"]["name"].startswith("ledger-deletion-settings")]
+    data = config["data"]
+    assert (
+        host_port(data["LEDGER_DELETION_PULSAR_ADMIN_URL"])[0]
+        == "streams-a-pulsar-broker.messaging.svc.cluster.local"
+    )
+    assert data["LEDGER_DELETION_ZOOKEEPER"].startswith(
+        "streams-a-pulsar-zookeeper.messaging.svc.cluster.local:"
+    )
+    assert data["LEDGER_DELETION_ADMIN_TRUSTED_HOSTS"].split(",") == [
+        f"streams-a-pulsar-broker-{n}.streams-a-pulsar-broker-headless.messaging.svc.cluster.local"
+        for n in range(3)
+    ]
+    # Scheme, port and chroot are the overlay's.
+    original = settings_env(overlay)
+    for key in ("LEDGER_DELETION_PULSAR_URL", "LEDGER_DELETION_ZOOKEEPER"):
+        assert data[key].split(":")[-1] == original[key].split(":")[-1], key
+    tokens = set(re.findall(r"'name': '([\w-]*-token-[\w-]*)'", str(rendered)))
+    assert tokens == {"streams-a-token-ledger-deletion"}
+    assert not [d for d in rendered if d["metadata"]["name"] == "pulsar-release"], "kustomize-only"
