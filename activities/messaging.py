@@ -6,6 +6,8 @@ from temporalio import activity
 
 from activities._boundary import translate_errors
 from ledger_deletion.adapters.messaging import PendingAcks, Publisher, dead_letter_properties
+from ledger_deletion.audit.record import from_note
+from ledger_deletion.audit.writer import AuditWriter, written_at
 from ledger_deletion.contracts import AckMessagesInput, AckMessagesResult, DeadLetterInput, DeadLetterResult
 from ledger_deletion.formats.avro import encode_request
 
@@ -13,13 +15,38 @@ DEAD_LETTER_PROPERTY_PREFIX = "ledger-deletion."  # the dead-letter properties t
 
 
 class MessagingActivities:
-    def __init__(self, pending: PendingAcks, dead_letters: Publisher) -> None:
+    def __init__(
+        self,
+        pending: PendingAcks,
+        dead_letters: Publisher,
+        audit: AuditWriter | None = None,
+        worker: str = "",
+    ) -> None:
         self._pending = pending
         self._dead_letters = dead_letters
+        self._audit = audit
+        self._worker = worker
 
     @activity.defn(name="ack_messages")
     @translate_errors
     def ack_messages(self, inp: AckMessagesInput) -> AckMessagesResult:
+        if self._audit is not None and inp.audit:
+            # Durable before the ack: a crash in between writes the same records again on the retry (or in
+            # the run the redelivered message starts), and readers keep one row per record id.
+            info = activity.info()
+            now = written_at()
+            self._audit.write(
+                [
+                    from_note(
+                        note,
+                        workflow_id=info.workflow_id or "",
+                        run_id=info.workflow_run_id or "",
+                        worker=self._worker,
+                        written_at=now,
+                    )
+                    for note in inp.audit
+                ]
+            )
         acked, unknown = self._pending.ack(inp.message_ids)
         return AckMessagesResult(acked=acked, unknown=unknown)
 

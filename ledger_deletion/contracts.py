@@ -359,9 +359,42 @@ class InspectOffloadResult:
 class AckMessagesInput:
     message_ids: list[str]
 
+@dataclass(frozen=True)
+class AuditNote:
+    """What the audit log keeps of one message's decision (``ledger_deletion/audit``), built by the workflow
+    from what it decided and sent with the ack: the acking process makes it durable before it acks, so the
+    record costs no history event of its own."""
+
+    message_id: str
+    request: str  # the request's one-line summary
+    ledger_id: int
+    ledger_type: str
+    component: str
+    topic_name: str
+    # Who sent the request: the request's ``source`` property (reconcile, watcher, submit), else broker.
+    source: str
+    outcome: Outcome
+    reason: str = ""
+    failed_step: str = ""
+    mode: Mode = Mode.LIVE
+    # The deleted keys (DELETED) or those a live run would delete (WOULD_DELETE), and their bytes.
+    keys: list[str] = field(default_factory=list)
+    bytes: int = 0
+    # What each check and destructive step of the decision answered last, by step name (JSON of its result):
+    # the znode's version, state and length, the owner's and the store's answers, the objects' keys and sizes.
+    evidence: dict[str, str] = field(default_factory=dict)
+    decided_at: str = ""  # ISO 8601, workflow time
+    deleted_at: str = ""  # when the destructive step returned (DELETED only)
+    message_topic: str = ""
+    redelivery_count: int = 0
+
+
 
 @dataclass(frozen=True)
 class AckMessagesResult:
+    # One note per message whose decision is recorded before it is acked (``AuditNote``); none for a message
+    # acked for another reason.
+    audit: list[AuditNote] = field(default_factory=list)
     acked: int
     unknown: int = 0  # not held by this process (already acked)
 

@@ -381,6 +381,34 @@ class Settings(BaseSettings):
         default="pulsar-offload", description="Offload bucket used when the driver metadata names none."
     )
 
+    # The audit log (ledger_deletion/audit): one Parquet record per decided request, written by the pulsar
+    # pool before it acks the request's message.
+    audit_bucket: str = Field(
+        default="",
+        description="Bucket of the audit log, at LEDGER_DELETION_S3_ENDPOINT: the pulsar pool adds one "
+        "record per decided request (date-partitioned Parquet) before it acks the request's message, and "
+        "never overwrites or deletes one; empty: no audit log (a warning at start).",
+    )
+    audit_s3_endpoint: str | None = Field(
+        default=None,
+        description="S3-compatible endpoint of the audit bucket, http://host:port, or the empty string for "
+        "AWS's own endpoints; unset: LEDGER_DELETION_S3_ENDPOINT's (credentials: the standard AWS chain).",
+    )
+    audit_s3_region: str | None = Field(
+        default=None, description="Region of the audit bucket; unset: LEDGER_DELETION_S3_REGION."
+    )
+    audit_prefix: str = Field(
+        default="ledger-deletion/audit",
+        description="Key prefix of the audit log in its bucket: <prefix>/dt=YYYY-MM-DD/<batch>.parquet.",
+    )
+    audit_linger_seconds: float = Field(
+        default=0.05,
+        ge=0,
+        le=5,
+        description="How long the audit writer waits for more acks before it writes a batch (group commit): "
+        "longer, fewer and larger objects; every ack waits that much longer.",
+    )
+
     # Retry / grace policy (PIP-186 defaults)
     max_attempts: int = Field(
         default=10, ge=1, description="Attempts per step before the request is dead-lettered (PIP-186: 10)."
@@ -661,6 +689,12 @@ class Settings(BaseSettings):
     def pulsar_metadata_hosts(self) -> str:
         """The ZooKeeper that holds Pulsar's metadata (``/managed-ledgers``, ``/schemas``)."""
         return self.pulsar_metadata_zookeeper or self.zookeeper
+
+    @property
+    def audit_store_endpoint(self) -> str | None:
+        """Where the audit bucket is: its own endpoint if set, else the offload bucket's (None: AWS)."""
+        endpoint = self.audit_s3_endpoint if self.audit_s3_endpoint is not None else self.s3_endpoint
+        return endpoint or None
 
     @property
     def shared_bookkeeper(self) -> SharedBookKeeper:

@@ -71,6 +71,8 @@ def settings(stack: StackEndpoints, session_id: str) -> Settings:
         # pulsar-lite can stop feeding a consumer part-way through a big backlog: a fresh one soon takes over.
         ingest_resubscribe_idle_seconds=3,
         shutdown_grace_seconds=2,
+        # The stack's audit bucket, under a prefix of the session's own: its records are its own to count.
+        audit_prefix=f"test-{session_id}/audit",
     )
 
 

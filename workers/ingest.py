@@ -52,11 +52,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from ledger_deletion import explain, rollout
 from ledger_deletion import search_attributes as sa
 from ledger_deletion.adapters.messaging import Handoff, PendingAcks, Publisher, dead_letter_properties
-from ledger_deletion.contracts import DeletionInput, DeletionPolicy, MessageRef, Mode
+from ledger_deletion.audit.record import AuditRecord, from_note, ingest_record
+from ledger_deletion.audit.writer import AuditWriter, written_at
+from ledger_deletion.contracts import AckMessagesInput, DeletionInput, DeletionPolicy, MessageRef, Mode, Step
 from ledger_deletion.errors import (
     InvalidRequestError,
     LedgerDeletionError,
     MessagingUnavailable,
+    ObjectStoreUnavailable,
     WorkflowStartRejected,
 )
 from ledger_deletion.formats.avro import decode_request, encode_request
@@ -132,6 +135,12 @@ class Ingestor:
     mode: Mode = Mode.LIVE
     live_scope: rollout.LiveScope = field(default_factory=rollout.LiveScope)
     stats: IngestStats = field(default_factory=IngestStats)
+    # The audit log: what the ingest acks itself (its own dead letters, the sweeper's acks) is recorded
+    # first, as the ack activity records what the workflows ack. ``worker``: this process, in each record.
+    audit: AuditWriter | None = None
+    worker: str = ""
+    # Dead letters whose record is not durable yet: the sweeper writes it before it retries their ack.
+    _unrecorded: dict[str, AuditRecord] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive until ``stop`` is set; hand-offs in flight finish before returning."""
@@ -227,7 +236,12 @@ class Ingestor:
             log.exception("message %s: %s; dead-lettering it", key, reason)
             try:
                 await self._dead_letter(
-                    key, message.data(), _origin(message, key), reason=reason, step="ingest"
+                    key,
+                    message.data(),
+                    _origin(message, key),
+                    reason=reason,
+                    step="ingest",
+                    message_topic=message.topic_name(),
                 )
                 observability.dead_lettered("ingest")
             except Exception:  # the last resort: Pulsar redelivers it, to this or another consumer
@@ -255,6 +269,7 @@ class Ingestor:
                 _origin(message, key),
                 reason=f"the payload is encrypted end to end (keys: {names}) and this service has no key",
                 step="decrypt",
+                message_topic=message.topic_name(),
             )
 
     async def _hand_off(self, message: Any, key: str) -> None:
@@ -265,7 +280,12 @@ class Ingestor:
             except InvalidRequestError as exc:
                 observed.undecodable()
                 await self._dead_letter(
-                    key, message.data(), _origin(message, key), reason=str(exc), step="decode"
+                    key,
+                    message.data(),
+                    _origin(message, key),
+                    reason=str(exc),
+                    step="decode",
+                    message_topic=message.topic_name(),
                 )
                 return
             observed.decoded(request)
@@ -275,7 +295,13 @@ class Ingestor:
                 # A namespace's topic naming another namespace: never started, whatever else it asks.
                 observability.dead_lettered("tenant", request)
                 await self._dead_letter(
-                    key, message.data(), _origin(message, key), reason=str(exc), step="tenant"
+                    key,
+                    message.data(),
+                    _origin(message, key),
+                    reason=str(exc),
+                    step="tenant",
+                    request=request,
+                    message_topic=message.topic_name(),
                 )
                 return
             ref = MessageRef(
@@ -297,6 +323,8 @@ class Ingestor:
                     reason=str(exc),
                     step="start",
                     workflow_id=self._workflow_id(request),
+                    request=request,
+                    message_topic=message.topic_name(),
                 )
                 return
         workflow_id = self._workflow_id(request)
@@ -320,6 +348,7 @@ class Ingestor:
         # In the dead-letter topic already, but their ack failed: no workflow will ack them.
         for key in self.pending.dead_lettered():
             try:
+                await self._record(key)
                 acked, _ = await asyncio.to_thread(self.pending.ack, [key])
             except MessagingUnavailable as exc:
                 log.warning("sweep: ack of dead-lettered %s failed again: %s", key, exc)
@@ -350,8 +379,11 @@ class Ingestor:
                     continue
                 if decided:
                     try:
+                        # The run could not ack it, so its record is not written: the ack it scheduled,
+                        # in its history, carries the note.
+                        await self._record_from_history(key, handoff.workflow_id, description.run_id)
                         acked, _ = await asyncio.to_thread(self.pending.ack, [key])
-                    except MessagingUnavailable as exc:  # one failing ack must not stop the sweep
+                    except (MessagingUnavailable, ObjectStoreUnavailable) as exc:  # try the others
                         log.warning("sweep: ack of %s failed: %s; next sweep", key, exc)
                         continue
                     settled += acked
@@ -384,6 +416,7 @@ class Ingestor:
                     reason=str(exc),
                     step="start",
                     workflow_id=handoff.workflow_id,
+                    request=handoff.request,
                 )
                 observability.dead_lettered("start", handoff.request)
                 settled += 1
@@ -402,6 +435,40 @@ class Ingestor:
             [started] = await self.temporal.data_converter.decode(payloads, [DeletionInput])
             return isinstance(started, DeletionInput) and same_decision(handoff.request, started.request)
         return False
+
+    async def _record(self, key: str) -> None:
+        """Make a held message's pending record durable (raises ``ObjectStoreUnavailable`` if it is not)."""
+        record = self._unrecorded.get(key)
+        if record is not None and self.audit is not None:
+            await asyncio.to_thread(self.audit.write, [record])
+        self._unrecorded.pop(key, None)
+
+    async def _record_from_history(self, key: str, workflow_id: str, run_id: str | None) -> None:
+        """The audit record of a message a completed run decided but could not ack: its note is in the input
+        of the ack the run scheduled (the latest, if it scheduled several)."""
+        if self.audit is None:
+            return
+        handle = self.temporal.get_workflow_handle(workflow_id, run_id=run_id)
+        notes = []
+        async for event in handle.fetch_history_events():
+            scheduled = event.activity_task_scheduled_event_attributes
+            if scheduled.activity_type.name != Step.ACK_MESSAGES.value:
+                continue
+            [ack] = await self.temporal.data_converter.decode(
+                list(scheduled.input.payloads), [AckMessagesInput]
+            )
+            notes += [note for note in ack.audit if note.message_id == key]
+        if not notes:
+            log.warning("sweep: no audit note for %s in %s (run %s)", key, workflow_id, run_id)
+            return
+        record = from_note(
+            notes[-1],
+            workflow_id=workflow_id,
+            run_id=run_id or "",
+            worker=self.worker,
+            written_at=written_at(),
+        )
+        await asyncio.to_thread(self.audit.write, [record])
 
     async def sweep_forever(self, stop: asyncio.Event, interval: float) -> None:
         while not stop.is_set():
@@ -510,6 +577,8 @@ class Ingestor:
         reason: str,
         step: str,
         workflow_id: str = "",
+        request: PendingDeleteLedgerInfo | None = None,
+        message_topic: str = "",
     ) -> None:
         """Publish the message to the dead-letter topic, then ack it; ``step`` says where it failed.
 
@@ -534,11 +603,24 @@ class Ingestor:
                     delay = min(delay * 2, START_RETRY_MAX_SECONDS)
             log.info("dead-lettered message %s (%s): %s", key, step, reason)
         self.stats.dead_lettered += 1
+        if self.audit is not None:
+            self._unrecorded[key] = ingest_record(
+                key,
+                request=request,
+                message_topic=message_topic,
+                reason=reason,
+                step=step,
+                shadow=self.mode is Mode.SHADOW,
+                workflow_id=workflow_id,
+                worker=self.worker,
+                now=written_at(),
+            )
         # Marked first: if the ack fails, the sweeper retries it (no workflow will ever ack this message).
         self.pending.mark_dead_lettered(key)
         try:
+            await self._record(key)
             await asyncio.to_thread(self.pending.ack, [key])
-        except MessagingUnavailable as exc:
+        except (MessagingUnavailable, ObjectStoreUnavailable) as exc:
             log.warning("ack of dead-lettered %s failed (%s); the sweeper retries it", key, exc)
 
 

@@ -49,6 +49,8 @@ from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
+from ledger_deletion.audit.store import AuditStore
+from ledger_deletion.audit.writer import AuditWriter
 from ledger_deletion.contracts import Mode
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.observability import metrics, redaction
@@ -76,6 +78,7 @@ class RunningPools:
     ingestor: Ingestor | None = None
     workers: list[Worker] = field(default_factory=list)
     kill_switch: kill_switch.Watch | None = None  # in a process running a deleting pool in live mode
+    audit: AuditWriter | None = None  # in a process running the pulsar pool with an audit bucket
 
 
 def _threaded(concurrency: int, name: str) -> ThreadPoolExecutor:
@@ -90,6 +93,16 @@ def admin_client(settings: Settings, threads: int) -> PulsarAdminClient:
 def object_store(settings: Settings, threads: int) -> ObjectStore:
     """The S3 client, one pooled connection per thread that calls it."""
     return ObjectStore(settings.s3_endpoint or None, settings.s3_region, max_connections=threads)
+
+
+def audit_writer(settings: Settings, identity: str) -> AuditWriter | None:
+    """The pulsar pool's audit writer, started; None (and a warning) without an audit bucket."""
+    if not settings.audit_bucket:
+        log.warning("LEDGER_DELETION_AUDIT_BUCKET is empty: decisions are acked without an audit record")
+        return None
+    return AuditWriter(
+        AuditStore.from_settings(settings), identity, linger_seconds=settings.audit_linger_seconds
+    ).start()
 
 
 def workflow_runner(settings: Settings) -> WorkflowRunner:
@@ -190,9 +203,13 @@ async def run_pools(
             )
             stack.callback(dead_letters.close)
             pending = messaging.PendingAcks()
-            messaging_activities = MessagingActivities(pending, dead_letters)
+            identity = instance_id()
+            running.audit = audit_writer(settings, identity)
+            if running.audit is not None:
+                stack.callback(running.audit.close)
+            messaging_activities = MessagingActivities(pending, dead_letters, running.audit, identity)
             host("pulsar", [messaging_activities.publish_dead_letter], settings.pulsar_concurrency)
-            running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{instance_id()}"
+            running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{identity}"
             # Every deletion ends with an ack here: as many slots as the pool has activity threads, or under a
             # backlog the acks queue for a slot behind the dead letters and hold their messages unacked.
             hosted[running.ack_queue] = _Hosted(
@@ -233,6 +250,8 @@ async def run_pools(
                 mode=settings.mode,
                 live_scope=settings.live_scope,
             )
+                audit=running.audit,
+                worker=identity,
             stack.callback(running.ingestor.close_consumer)
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]

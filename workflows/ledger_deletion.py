@@ -43,11 +43,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 
 with workflow.unsafe.imports_passed_through():
     from ledger_deletion import search_attributes as sa
+    from ledger_deletion.audit.notes import evidence_json, note_for
     from ledger_deletion.contracts import (
         AckMessagesInput,
         AckMessagesResult,
         AskOwnerBrokerInput,
         AskOwnerBrokerResult,
+        AuditNote,
         CheckTopicInput,
         CheckTopicResult,
         DeadLetterInput,
@@ -107,6 +109,7 @@ _VERDICT_OUTCOME: Mapping[Verdict, Outcome] = MappingProxyType(
         Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
         Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
         Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
+        Verdict.UNKNOWN_NAMESPACE: Outcome.SKIPPED_UNKNOWN_NAMESPACE,
     }
 )
 
@@ -190,6 +193,10 @@ class LedgerDeletionWorkflow:
         self._pause_wait = 0.0
         # Requests dead-lettered for replay once the live allow-list is widened (MessageRef.replay_reason).
         self._lettered_for_replay: list[PendingDeleteLedgerInfo] = []
+        # The audit log's evidence: each step's last answer in the decision under way, and per decision of
+        # ``_decided`` its evidence and when it was made; sent with the ack (AuditNote), no event of its own.
+        self._evidence: dict[str, str] = {}
+        self._evidence_of: list[tuple[dict[str, str], str]] = []
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -266,6 +273,7 @@ class LedgerDeletionWorkflow:
         self._failed_step, self._attempts, self._last_error, self._outcome = None, 0, "", ""
         failed_step = ""
         self._in_decision = request
+        self._evidence = {}
         self._tell(f"checking {request.topic_name} and ledger {request.ledger_id}")
         if len(self._decided) > MAX_JOINED_DECISIONS and not from_system_topic:
             failed_step = JOIN_STEP
@@ -295,6 +303,7 @@ class LedgerDeletionWorkflow:
             done.bytes,
         )
         self._decided.append((request, decision))
+        self._evidence_of.append((self._evidence, workflow.now().isoformat()))
         self._in_decision = None
         self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
         self._tell("\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided))
@@ -754,7 +763,7 @@ class LedgerDeletionWorkflow:
             for ref in pending:
                 by_queue[ref.ack_queue].append(ref)
             results = await asyncio.gather(
-                *(self._ack(queue, [r.message_id for r in refs], policy) for queue, refs in by_queue.items())
+                *(self._ack(queue, refs, policy) for queue, refs in by_queue.items())
             )
             for refs, acked in zip(by_queue.values(), results, strict=True):
                 self._settled.update(_ref_key(ref) for ref in refs)
@@ -776,14 +785,25 @@ class LedgerDeletionWorkflow:
             await self._dead_letter(request, policy, reason, ALLOW_LIST_STEP, 0)
             self._lettered_for_replay.append(request)
 
-    async def _ack(self, queue: str, ids: list[str], policy: DeletionPolicy) -> AckMessagesResult | None:
+    def _audit_note(self, ref: MessageRef) -> AuditNote:
+        """The audit log's record of a decided message: its request's latest decision, with its evidence."""
+        request = self._request_of(ref)
+        number = max(i for i, (r, _) in enumerate(self._decided) if same_decision(request, r))
+        evidence, decided_at = self._evidence_of[number]
+        return note_for(ref, request, self._decided[number][1], evidence, decided_at, self._mode)
+
+    async def _ack(
+        self, queue: str, refs: list[MessageRef], policy: DeletionPolicy
+    ) -> AckMessagesResult | None:
         assert self._own_request is not None  # set first thing in run
+        ids = [r.message_id for r in refs]
         # One ledger: every message of a run asks for the ledger its workflow id names.
         subject = f"{len(ids)} message(s) for ledger {self._own_request.ledger_id}, held by {queue}"
         try:
             result: AckMessagesResult = await workflow.execute_activity(
                 Step.ACK_MESSAGES.value,
-                AckMessagesInput(ids),
+                # The acking process makes each note durable in the audit log before it acks.
+                AckMessagesInput(ids, [self._audit_note(r) for r in refs]),
                 result_type=AckMessagesResult,
                 task_queue=queue,
                 # Only the receiving process can ack. If it is gone, Pulsar redelivers its messages to another
@@ -815,6 +835,7 @@ class LedgerDeletionWorkflow:
                 retry_policy=_retry_policy(policy.retry_for(step)),
                 summary=f"{step.value}: {subject}"[:200],
             )
+            self._evidence[step.value] = evidence_json(result, workflow.now().isoformat())
             return result
         except ActivityError as err:
             if _pause_note(err) is None:  # the kill switch is no failure of the step
@@ -874,6 +895,7 @@ class LedgerDeletionWorkflow:
                 local_retry_threshold=timedelta(seconds=policy.local_retry_threshold_seconds),
                 summary=f"{step.value}: {subject}"[:200],
             )
+            self._evidence[step.value] = evidence_json(result, workflow.now().isoformat())
             return result
         except (ActivityError, ApplicationError) as err:
             # A local activity out of retries raises its last error itself (an ApplicationError), a timed out
@@ -948,6 +970,7 @@ _WEIGHT: Mapping[Outcome, int] = MappingProxyType(
         Outcome.SKIPPED_IN_USE: 3,
         Outcome.SKIPPED_METADATA_MISMATCH: 4,
         Outcome.SKIPPED_NOT_PULSAR: 5,
+        Outcome.SKIPPED_UNKNOWN_NAMESPACE: 6,
     }
 )
 

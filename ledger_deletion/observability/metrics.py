@@ -141,6 +141,30 @@ KILL_SWITCH_AGE = Instrument(
     "SECONDS it deletes nothing",
     ("pool",),
 )
+# Per namespace, unlike the others: what the cleanup freed is asked per namespace (the audit log's summary
+# answers the same), and a deployment's namespaces are few and known, unlike its topics and ledgers.
+RECLAIMED_BYTES = Instrument(
+    "ledger_deletion_reclaimed_bytes",
+    "counter",
+    "By",
+    "Bytes freed by deletions (DELETED; BookKeeper metadata's length or the objects' sizes), counted once "
+    "the deletion's audit record is durable",
+    ("namespace", "component"),
+)
+AUDIT_RECORDS = Instrument(
+    "ledger_deletion_audit_records",
+    "counter",
+    "{record}",
+    "Audit records made durable in object storage before their message was acked, by outcome",
+    ("outcome",),
+)
+AUDIT_BATCHES = Instrument(
+    "ledger_deletion_audit_batches",
+    "counter",
+    "{object}",
+    "Parquet objects the audit log's group commit wrote (each holds every record waiting when it began)",
+    (),
+)
 INSTRUMENTS = (
     REQUESTS_RECEIVED,
     REQUESTS_COMPLETED,
@@ -157,6 +181,9 @@ INSTRUMENTS = (
     INFLIGHT_BACKLOG_MEASURED,
     DELETIONS_PAUSED,
     KILL_SWITCH_AGE,
+    RECLAIMED_BYTES,
+    AUDIT_RECORDS,
+    AUDIT_BATCHES,
 )
 
 
@@ -188,6 +215,9 @@ class Metrics:
         self._dead_lettered = _counter(meter, DEAD_LETTERED)
         self._skipped = _counter(meter, SKIPPED)
         self._step_seconds = _histogram(meter, STEP_DURATION)
+        self._reclaimed = _counter(meter, RECLAIMED_BYTES)
+        self._audit_records = _counter(meter, AUDIT_RECORDS)
+        self._audit_batches = _counter(meter, AUDIT_BATCHES)
         self._pending_sources: dict[object, tuple[str, Callable[[], int]]] = {}
         self._sources_lock = threading.Lock()
         _gauge(meter, PENDING_ACKS, self._observe_pending)
@@ -234,6 +264,15 @@ class Metrics:
 
     def step_finished(self, labels: Labels, step: str, seconds: float, ok: bool) -> None:
         self._step_seconds.record(seconds, labels.as_dict(step=step, outcome="ok" if ok else "error"))
+
+    def audited(self, outcome: str, namespace: str, component: str, freed: int) -> None:
+        """One audit record made durable; ``freed`` bytes when it records a deletion."""
+        self._audit_records.add(1, {"outcome": outcome})
+        if freed:
+            self._reclaimed.add(freed, {"namespace": namespace, "component": component})
+
+    def audit_batch_written(self) -> None:
+        self._audit_batches.add(1)
 
     # --- gauges --------------------------------------------------------------------------------------------
 

@@ -562,3 +562,6 @@ def mount(app: typer.Typer) -> None:
     app.command(name="pause")(pause)
     app.command(name="resume")(resume)
     app.add_typer(dlq_app, name="dlq")
+    from ledger_deletion.ops.audit import audit  # imports this module: bound here, not at the top
+
+    app.command(name="audit")(audit)

@@ -1,6 +1,7 @@
-"""The S3 IAM policies in deploy/iam (docs/security.md): each parses, names only the offload bucket
-placeholder and the actions its side needs, is the document docs/security.md shows, and allows every S3 call
-the service makes, found in the code by botocore's own operation names."""
+"""The S3 IAM policies in deploy/iam (docs/security.md): each parses, names only its bucket's placeholder and
+the actions its side needs, is the document docs/security.md shows, and allows every S3 call the service
+makes, found in the code by botocore's own operation names: the audit log's (ledger_deletion/audit) on the
+audit bucket, every other on the offload bucket."""
 
 from __future__ import annotations
 
@@ -35,6 +36,18 @@ ACTION_OF = {
 # The service's code; reconcile/generator.py only writes a synthetic cluster for tests and benchmarks.
 PRODUCT = ("ledger_deletion", "activities", "workers", "reconcile")
 NOT_PRODUCT = {ROOT / "reconcile" / "generator.py"}
+# The audit log's bucket: the pulsar pool adds records (PutObject with If-None-Match), never deletes or
+# overwrites one; `ledger-deletion audit` and reconcile list and read them.
+AUDIT_CODE = ROOT / "ledger_deletion" / "audit"
+AUDIT_ARN = "arn:aws:s3:::AUDIT_BUCKET"
+AUDIT_OBJECTS = f"{AUDIT_ARN}/*"
+AUDIT_WRITER = {AUDIT_OBJECTS: {"s3:PutObject"}}
+AUDIT_READER = {AUDIT_ARN: {"s3:ListBucket"}, AUDIT_OBJECTS: {"s3:GetObject"}}
+AUDIT_ACTION_OF = {
+    "put_object": ("s3:PutObject", AUDIT_OBJECTS),
+    "list_objects_v2": ("s3:ListBucket", AUDIT_ARN),
+    "get_object": ("s3:GetObject", AUDIT_OBJECTS),
+}
 
 
 def policy(name: str) -> dict[str, Any]:
@@ -69,9 +82,29 @@ def test_only_the_deleter_may_delete() -> None:
     assert deleter - reader == {"s3:DeleteObject"}
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"), [("audit-writer", AUDIT_WRITER), ("audit-reader", AUDIT_READER)]
+)
+def test_each_audit_policy_allows_exactly_its_sides_actions_on_the_audit_bucket(
+    name: str, expected: dict[str, set[str]]
+) -> None:
+    assert grants(policy(name)) == expected
+
+
+def test_the_audit_bucket_policy_denies_every_delete_and_every_overwrite() -> None:
+    document = policy("audit-bucket-policy")
+    assert {s["Effect"] for s in document["Statement"]} == {"Deny"}
+    denied = {action for s in document["Statement"] for action in s["Action"]}
+    assert {"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"} <= denied
+    (overwrite,) = [s for s in document["Statement"] if s["Action"] == ["s3:PutObject"]]
+    # Denied unless the request carries If-None-Match: a PUT on an existing key then fails with 412.
+    assert overwrite["Condition"] == {"Null": {"s3:if-none-match": "true"}}
+
+
 def test_the_policies_are_the_documents_the_security_page_shows() -> None:
     shown = re.findall(r"```json\n(.*?)```", (ROOT / "docs" / "security.md").read_text(), re.S)
-    assert [json.loads(block) for block in shown] == [policy("offload-reader"), policy("offload-deleter")]
+    names = ["offload-reader", "offload-deleter", "audit-writer", "audit-reader", "audit-bucket-policy"]
+    assert [json.loads(block) for block in shown] == [policy(name) for name in names]
 
 
 def test_the_check_catches_a_broader_grant() -> None:
@@ -90,13 +123,14 @@ def s3_operations() -> frozenset[str]:
     return frozenset(xform_name(name) for name in model.operation_names)
 
 
-def s3_calls() -> dict[str, list[str]]:
-    """Each S3 operation called anywhere in the service's code, with where."""
+def s3_calls(*, audit: bool = False) -> dict[str, list[str]]:
+    """Each S3 operation called anywhere in the service's code, with where: on the offload bucket, or with
+    ``audit`` the audit log's (the code under ledger_deletion/audit)."""
     operations = s3_operations()
     calls: dict[str, list[str]] = {}
     for package in PRODUCT:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if path in NOT_PRODUCT:
+            if path in NOT_PRODUCT or (AUDIT_CODE in path.parents) != audit:
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
                 if (
@@ -118,6 +152,17 @@ def test_every_s3_call_the_service_makes_is_one_the_policies_allow() -> None:
     for operation in calls:
         action, resource = ACTION_OF[operation]
         assert action in deleter[resource], operation
+
+
+def test_every_s3_call_of_the_audit_log_is_one_its_policies_allow() -> None:
+    calls = s3_calls(audit=True)
+    assert set(calls) == {"put_object", "list_objects_v2", "get_object"}, calls
+    writer, reader = grants(policy("audit-writer")), grants(policy("audit-reader"))
+    action, resource = AUDIT_ACTION_OF["put_object"]
+    assert action in writer[resource]
+    for operation in set(calls) - {"put_object"}:
+        action, resource = AUDIT_ACTION_OF[operation]
+        assert action in reader[resource], operation
 
 
 def test_the_reader_may_do_every_s3_call_of_the_reading_processes() -> None:

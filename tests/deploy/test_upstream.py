@@ -92,9 +92,12 @@ def test_clients_on_the_host_get_an_address_they_can_reach() -> None:
     with the listener of the port the client connected to (PIP-95). The pools reach the internal
     listener, a client on the host the external one, published on the host."""
     broker = services()["broker"]
+    # apache/pulsar docker/pulsar/scripts/apply-config-from-env.py: PULSAR_PREFIX_<key> sets <key> in the
+    # configuration file, listed there or not.
+    conf = {k.removeprefix("PULSAR_PREFIX_"): v for k, v in env(broker).items()}
     settings_url = {env(services()[name])["LEDGER_DELETION_PULSAR_URL"] for name in ours()}
-    listeners = dict(item.split(":", 1) for item in env(broker)["advertisedListeners"].split(","))
-    internal = env(broker)["internalListenerName"]
+    listeners = dict(item.split(":", 1) for item in conf["advertisedListeners"].split(","))
+    internal = conf["internalListenerName"]
     assert {listeners[internal]} == settings_url
     external = {name: url for name, url in listeners.items() if name != internal}
     assert len(external) == 1
@@ -102,7 +105,7 @@ def test_clients_on_the_host_get_an_address_they_can_reach() -> None:
     host, port = host_port(url)
     assert host == "localhost"
     assert f"{port}:{port}" in broker["ports"], "the external listener's port is published as itself"
-    assert f"{listener}:pulsar://0.0.0.0:{port}" in env(broker)["bindAddresses"].split(",")
+    assert f"{listener}:pulsar://0.0.0.0:{port}" in conf["bindAddresses"].split(",")
     _, internal_port = host_port(listeners[internal])
     assert str(internal_port) in broker["expose"] and not any(
         str(p).endswith(f":{internal_port}") for p in broker["ports"]

@@ -40,6 +40,8 @@ def test_every_instrument_is_recorded_with_the_labels_it_declares() -> None:
     unregister = recorder.observe_pending_acks("pulsar", lambda: 3)
     recorder.inflight_estimated({"acme": 4}, backlog_measured=True)
     unregister_switch = recorder.observe_kill_switch("bookkeeper", lambda: True, lambda: 1.5)
+    recorder.audited("DELETED", "acme/orders", "MANAGED_LEDGER", 4096)
+    recorder.audit_batch_written()
 
     recorded = _recorded(reader)
     unregister()

@@ -9,9 +9,10 @@ still holds every message; 6. start the pools in live mode and wait until every 
 7. print each ledger's fate in both modes, check storage, and check that live mode deleted exactly the
 ledgers, objects and bytes shadow mode said it would; 8. on a cluster of its own, start a watcher beside a
 pool set and have a simulated broker trim ledgers whose BookKeeper delete fails: the watcher requests that
-orphan, the service deletes it, no scan runs (:mod:`devstack.demo_watch`); 9. point at the Temporal UI.
-Exit code 0 only when every outcome, every byte of storage, the two modes' agreement and every fact of the
-watcher's step are as expected.
+orphan, the service deletes it, no scan runs (:mod:`devstack.demo_watch`); 9. print what the audit log kept
+of the run, as ``ledger-deletion audit --summary`` does, and check every live decision is in it
+(:mod:`devstack.demo_audit`); then point at the Temporal UI. Exit code 0 only when every outcome, every byte
+of storage, the two modes' agreement, every fact of the watcher's step and the audit log are as expected.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from devstack.cluster import SimulatedCluster
+from devstack.demo_audit import show_audit
 from devstack.demo_shadow import (
     agreement,
     live_backlog,
@@ -216,6 +218,8 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             console, client, endpoints, settings, watch_namespace, cluster.new_ledger_ids
         )
         query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
+        console.rule("[bold]9. what the audit log kept: ledger-deletion audit --summary")
+        audited = await show_audit(console, settings, namespace, scenario.cases)
         console.print(
             f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
             f"{settings.temporal_namespace}/workflows?query={query}"
@@ -229,6 +233,7 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             and dead == len(letters) == len(scenario.garbage)
             and watched
         )
+            and audited
         console.print(
             "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
         )

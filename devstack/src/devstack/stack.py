@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
 DEFAULT_BUCKET = "pulsar-offload"
+# The audit log's bucket (LEDGER_DELETION_AUDIT_BUCKET), in the stack's S3 like the offload bucket.
+AUDIT_BUCKET = "ledger-deletion-audit"
 CLUSTER = "standalone"  # the cluster the admin emulator's two brokers belong to (its default)
 # One Pulsar cluster uses the stack's BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH); a test that adds a
 # second cluster says so itself.
@@ -116,6 +118,7 @@ class StackEndpoints:
     zookeeper: str
     s3_endpoint: str
     offload_bucket: str = DEFAULT_BUCKET
+    audit_bucket: str = AUDIT_BUCKET
 
     @classmethod
     def for_ports(cls, ports: StackPorts, host: str = HOST) -> StackEndpoints:
@@ -142,6 +145,8 @@ class StackEndpoints:
             zookeeper=self.zookeeper,
             s3_endpoint=self.s3_endpoint,
             offload_bucket=self.offload_bucket,
+            audit_bucket=self.audit_bucket,
+            audit_s3_endpoint=self.s3_endpoint,
             bookkeeper_shared_with=SHARED_WITH,
         ).with_overrides(**overrides)
 
@@ -163,6 +168,8 @@ class StackEndpoints:
             "LEDGER_DELETION_ZOOKEEPER": self.zookeeper,
             "LEDGER_DELETION_S3_ENDPOINT": self.s3_endpoint,
             "LEDGER_DELETION_OFFLOAD_BUCKET": self.offload_bucket,
+            "LEDGER_DELETION_AUDIT_BUCKET": self.audit_bucket,
+            "LEDGER_DELETION_AUDIT_S3_ENDPOINT": self.s3_endpoint,
             "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH": SHARED_WITH,
             **DUMMY_AWS_CREDENTIALS,
             # boto3 refuses to build a client without a region; moto does not care which.
@@ -915,10 +922,11 @@ def _format_ledgers_root(endpoints: StackEndpoints) -> None:
 
 
 def _ensure_bucket(endpoints: StackEndpoints) -> None:
-    """Create the default offload bucket (moto keeps everything in memory: a restart empties it)."""
+    """Create the offload and audit buckets (moto keeps everything in memory: a restart empties it)."""
     s3 = endpoints.s3_client()
-    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
-        s3.create_bucket(Bucket=endpoints.offload_bucket)
+    for bucket in (endpoints.offload_bucket, endpoints.audit_bucket):
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou, s3.exceptions.BucketAlreadyExists):
+            s3.create_bucket(Bucket=bucket)
 
 
 # --- process helpers -------------------------------------------------------------------------------------
