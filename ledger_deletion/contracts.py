@@ -356,10 +356,6 @@ class InspectOffloadResult:
 
 
 @dataclass(frozen=True)
-class AckMessagesInput:
-    message_ids: list[str]
-
-@dataclass(frozen=True)
 class AuditNote:
     """What the audit log keeps of one message's decision (``ledger_deletion/audit``), built by the workflow
     from what it decided and sent with the ack: the acking process makes it durable before it acks, so the
@@ -389,12 +385,16 @@ class AuditNote:
     redelivery_count: int = 0
 
 
-
 @dataclass(frozen=True)
-class AckMessagesResult:
+class AckMessagesInput:
+    message_ids: list[str]
     # One note per message whose decision is recorded before it is acked (``AuditNote``); none for a message
     # acked for another reason.
     audit: list[AuditNote] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AckMessagesResult:
     acked: int
     unknown: int = 0  # not held by this process (already acked)
 

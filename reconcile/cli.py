@@ -53,6 +53,9 @@ def run_from_settings(
         # The embedded stack's moto accepts any credentials; boto3 only needs some to sign requests.
         os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
         os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    # Unset (a dry run only): no other store is read, and no ledger of a namespace ours does not know is a
+    # candidate, as when stores are declared (JobConfig.bookkeeper_alone).
+    shared = settings.shared_bookkeeper if settings.bookkeeper_shared_with else None
     config = JobConfig(
         extract=ExtractConfig(
             zookeeper=settings.zookeeper,
@@ -67,7 +70,9 @@ def run_from_settings(
             pulsar_metadata_auth_digest=zookeeper_digest(settings, pulsar_metadata=True),
             zk_security=zookeeper_security(settings),
             pulsar_metadata_zk_security=zookeeper_security(settings, pulsar_metadata=True),
+            other_pulsar_metadata_stores=shared.other_stores if shared else (),
         ),
+        bookkeeper_alone=shared.alone if shared else None,
         out=out,
         min_age_seconds=min_age_seconds,
         tenant=tenant,

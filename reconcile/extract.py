@@ -1,6 +1,6 @@
 """Extract: a parallel, restartable snapshot of BookKeeper, Pulsar metadata and offload buckets as Parquet.
 
-Five tables, each a directory of Parquet part files (one per work unit) under the extract directory:
+Six tables, each a directory of Parquet part files (one per work unit) under the extract directory:
 
 * ``bk_ledger_ids`` — the id of every ledger znode under the ledgers root (special znodes skipped), from
   the child lists of the hierarchical ledger paths alone: one ``getChildren`` per ``/<2>/<4>`` parent
@@ -15,6 +15,9 @@ Five tables, each a directory of Parquet part files (one per work unit) under th
   ``data``: it keeps the ledger id's offloaded objects, not a BK ledger of that id (see
   :func:`reconcile.transform.bk_referenced_ids`). Units: ``<tenant>/<ns>[/...]/persistent`` directories and
   schema namespaces.
+  Each row names the ``store`` it was read from: every Pulsar metadata store is read (see below).
+* ``namespaces`` — the namespaces each store knows (``store``, ``namespace``): by the rule of the service's
+  ``PulsarMetadataStore.knows_namespace``, ``/managed-ledgers/<namespace>`` exists. Units: one per store.
 * ``offload_contexts`` — the offload uuids that still exist: (ledger id, uuid, ``ledger``|``segment``).
 * ``offload_objects`` — every object of the offload bucket(s): bucket, key, size, last modified. Units:
   key ranges by first character.
@@ -59,6 +62,16 @@ every Pulsar ledger would look orphaned; so when that store has no managed-ledge
 ledgers include Pulsar-tagged ones, the extract refuses (:class:`PulsarMetadataNotFound`) before anything is
 reconciled.
 
+Several Pulsar clusters may share this BookKeeper (``PulsarClusterMetadataSetup
+--existing-bk-metadata-service-uri``; apache/pulsar#5985), and the tags a broker writes on a ledger
+(``LedgerMetadataUtils.buildBaseManagedLedgerMetadata``, ``buildMetadataForSchema``) name no cluster: only
+the other clusters' stores can say a ledger is theirs. ``other_pulsar_metadata_stores``
+(``LEDGER_DELETION_BOOKKEEPER_SHARED_WITH``) are read like ours, unit for unit in the same pool and
+multi-reads, after the listing like ours (so the order above holds for them too), with our store's
+credentials; their references join ours (``store`` says whose) and their namespaces join ``namespaces``. A
+declared store without a managed-ledgers root refuses the run (``PulsarClusterMetadataSetup`` creates that
+root before any broker runs, so it is a wrong connect string or chroot).
+
 The work runs in a pool of processes (the "parallel exporter"), each with its own ZooKeeper session, each
 unit written atomically as its own part file. With ``resume=True`` the listing units whose part file exists
 are skipped: an interrupted extract restarts where it stopped. References are always read again (they must
@@ -101,11 +114,13 @@ from ledger_deletion.formats.managed_ledger import (
     schema_ledger_ids,
 )
 from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, offload_uuid
+from ledger_deletion.shared_bookkeeper import SETTING as SHARED_BOOKKEEPER_SETTING
 from reconcile.zk_reads import ZkReads
 
 __all__ = [
     "BK_LEDGERS",
     "BK_LEDGER_IDS",
+    "NAMESPACES",
     "OFFLOAD_CONTEXTS",
     "OFFLOADED_BK_DELETED",
     "OFFLOAD_OBJECTS",
@@ -128,6 +143,7 @@ BK_LEDGERS = "bk_ledgers"
 REFERENCES = "references"
 OFFLOAD_CONTEXTS = "offload_contexts"
 OFFLOAD_OBJECTS = "offload_objects"
+NAMESPACES = "namespaces"
 
 # Reference kind of a ledgerInfo entry whose offload is complete and whose OffloadContext says
 # ``bookkeeperDeleted=true``: the broker reads it from tiered storage and has given up its BookKeeper copy
@@ -169,8 +185,10 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("kind", pa.string()),
             ("owner", pa.string()),
             ("cursor_name", pa.string()),
+            ("store", pa.string()),
         ]
     ),
+    NAMESPACES: pa.schema([("store", pa.string()), ("namespace", pa.string())]),
     OFFLOAD_CONTEXTS: pa.schema(
         [
             ("ledger_id", pa.int64()),
@@ -222,10 +240,20 @@ class ExtractConfig:
     bk_metadata: Literal["candidates", "all"] = "candidates"
     multi_read: bool = True
     zk_batch: int = 500
+    # The metadata stores of the other Pulsar clusters that share this BookKeeper
+    # (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH, ledger_deletion.shared_bookkeeper): connect strings with their
+    # chroot, read with the credentials of Pulsar's own store (the setting names no others).
+    other_pulsar_metadata_stores: tuple[str, ...] = ()
 
     @property
     def pulsar_metadata_hosts(self) -> str:
         return self.pulsar_metadata_zookeeper or self.zookeeper
+
+    @property
+    def pulsar_stores(self) -> tuple[str, ...]:
+        """Every Pulsar metadata store whose references keep a ledger: ours first (index 0), then the other
+        clusters' (a store given twice is read once)."""
+        return tuple(dict.fromkeys((self.pulsar_metadata_hosts, *self.other_pulsar_metadata_stores)))
 
     @property
     def pulsar_metadata_digest(self) -> str | None:
@@ -240,6 +268,7 @@ class Unit:
     key: str  # znode path, "bucket|lo|hi" for a key range, or the first ledger id of a chunk
     name: str  # file-name-safe id of the unit
     ids: tuple[int, ...] = ()  # the ledgers whose metadata a bk_ledgers unit reads
+    store: int = 0  # references and namespaces: the Pulsar metadata store read (ExtractConfig.pulsar_stores)
 
     @property
     def part_name(self) -> str:
@@ -306,11 +335,12 @@ def _zk(config: ExtractConfig) -> ZkReads:
     return _session(config, config.zookeeper, config.zk_auth_digest, config.zk_security)
 
 
-def _pulsar_zk(config: ExtractConfig) -> ZkReads:
-    """The session on Pulsar's metadata store (the managed-ledgers and schemas roots)."""
+def _pulsar_zk(config: ExtractConfig, store: int = 0) -> ZkReads:
+    """The session on a Pulsar metadata store (the managed-ledgers and schemas roots): ours (``store`` 0)
+    or another cluster's (:attr:`ExtractConfig.pulsar_stores`)."""
     return _session(
         config,
-        config.pulsar_metadata_hosts,
+        config.pulsar_stores[store],
         config.pulsar_metadata_digest,
         config.pulsar_metadata_zk_security,
     )
@@ -493,8 +523,18 @@ def list_metadata_units(config: ExtractConfig, directory: Path) -> list[Unit]:
 
 
 def list_reference_units(config: ExtractConfig) -> list[Unit]:
-    """``.../persistent`` dirs of the managed-ledger tree (V2 depth 3, V1 depth 4), schema namespaces."""
-    zk = _pulsar_zk(config)
+    """Of every Pulsar metadata store (ours, then the other clusters' sharing this BookKeeper): its
+    ``.../persistent`` dirs of the managed-ledger tree (V2 depth 3, V1 depth 4), its schema namespaces, and
+    one unit for the namespaces it knows. Part names carry the store's index (ours none)."""
+    units: list[Unit] = []
+    for store in range(len(config.pulsar_stores)):
+        units.extend(_reference_units_of(config, store))
+    return units
+
+
+def _reference_units_of(config: ExtractConfig, store: int) -> list[Unit]:
+    zk = _pulsar_zk(config, store)
+    tag = f"s{store}_" if store else ""
     units: list[Unit] = []
     ml_root = config.managed_ledgers_root.rstrip("/")
     level = [ml_root]
@@ -504,7 +544,8 @@ def list_reference_units(config: ExtractConfig) -> list[Unit]:
             for child in children:
                 path = f"{parent}/{child}"
                 if child == "persistent" and parent != ml_root:
-                    units.append(Unit(REFERENCES, "ml:" + path, "ml_" + _safe(path[len(ml_root) + 1 :])))
+                    name = tag + "ml_" + _safe(path[len(ml_root) + 1 :])
+                    units.append(Unit(REFERENCES, "ml:" + path, name, store=store))
                 else:
                     nxt.append(path)
         level = nxt
@@ -513,7 +554,9 @@ def list_reference_units(config: ExtractConfig) -> list[Unit]:
     for tenant_path, namespaces in zk.children_many(tenants):
         for ns in namespaces:
             path = f"{tenant_path}/{ns}"
-            units.append(Unit(REFERENCES, "schema:" + path, "schema_" + _safe(path[len(schema_root) + 1 :])))
+            name = tag + "schema_" + _safe(path[len(schema_root) + 1 :])
+            units.append(Unit(REFERENCES, "schema:" + path, name, store=store))
+    units.append(Unit(NAMESPACES, "namespaces:", tag + "namespaces", store=store))
     return units
 
 
@@ -528,6 +571,17 @@ def _refuse_without_pulsar_metadata(config: ExtractConfig, directory: Path) -> N
     the Pulsar-tagged ones. A cluster without Pulsar ledgers has nothing to protect and passes.
     """
     ml_root = config.managed_ledgers_root.rstrip("/") or "/"
+    for other in range(1, len(config.pulsar_stores)):
+        # Another cluster's store is declared to hold that cluster's references: PulsarClusterMetadataSetup
+        # creates its managed-ledgers root before any broker runs, so a store without one is a wrong connect
+        # string or chroot, and the ledgers it should protect would look unreferenced.
+        if not _pulsar_zk(config, other).exists(ml_root):
+            raise PulsarMetadataNotFound(
+                f"the metadata store {config.pulsar_stores[other]}, declared in {SHARED_BOOKKEEPER_SETTING} "
+                f"as another Pulsar cluster's sharing this BookKeeper, has no {ml_root} znode: it is not a "
+                f"Pulsar cluster's metadata store (check the connect string and its chroot), and that "
+                f"cluster's ledgers would be reported as orphans, so nothing was reconciled."
+            )
     if _pulsar_zk(config).exists(ml_root):
         return
     listed = pq.read_table(directory / BK_LEDGER_IDS, columns=["ledger_id"]).column("ledger_id").to_pylist()
@@ -552,9 +606,33 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", lambda m: f"%{ord(m.group()):02X}", text.replace("/", "_"))
 
 
-def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, list[Any]]]:
-    """References (and offload contexts) of one unit: a ``persistent`` directory or a schema namespace."""
-    zk = _pulsar_zk(config)
+def scan_namespaces_unit(config: ExtractConfig, store: int) -> dict[str, list[Any]]:
+    """The namespaces one store knows (``namespaces`` rows), by the rule of the service's
+    ``PulsarMetadataStore.knows_namespace``: ``<managed-ledgers root>/<namespace>`` exists, for a namespace
+    of two segments (``tenant/ns``) or three (v1's ``tenant/cluster/ns``).
+
+    That znode is created as a parent with the namespace's first managed ledger
+    (``MetaStoreImpl.getManagedLedgerInfo``) and removed by the namespace's deletion
+    (``NamespacesBase.internalClearZkSources`` -> ``clearNamespacePersistence``); it is in the cluster's local
+    store, which no other cluster shares (``/admin/policies`` is in the configuration store, which
+    geo-replicated clusters do share). Two child lists per store, in multi-reads: every node at depth two
+    and three below the root, as ``knows_namespace`` answers yes for each of them.
+    """
+    zk = _pulsar_zk(config, store)
+    root = config.managed_ledgers_root.rstrip("/")
+    tenants = [f"{root}/{tenant}" for tenant in zk.children(root)]
+    second = [f"{parent}/{child}" for parent, children in zk.children_many(tenants) for child in children]
+    third = [f"{parent}/{child}" for parent, children in zk.children_many(second) for child in children]
+    names = [path[len(root) + 1 :] for path in (*second, *third)]
+    label = config.pulsar_stores[store]
+    return {"store": [label] * len(names), "namespace": names}
+
+
+def scan_reference_unit(config: ExtractConfig, key: str, store: int = 0) -> dict[str, dict[str, list[Any]]]:
+    """References (and offload contexts) of one unit of one store: a ``persistent`` directory or a schema
+    namespace."""
+    zk = _pulsar_zk(config, store)
+    label = config.pulsar_stores[store]
     refs: dict[str, list[Any]] = {name: [] for name in SCHEMAS[REFERENCES].names}
     ctxs: dict[str, list[Any]] = {name: [] for name in SCHEMAS[OFFLOAD_CONTEXTS].names}
 
@@ -563,6 +641,7 @@ def scan_reference_unit(config: ExtractConfig, key: str) -> dict[str, dict[str, 
         refs["kind"].append(kind)
         refs["owner"].append(owner)
         refs["cursor_name"].append(cursor)
+        refs["store"].append(label)
 
     kind, path = key.split(":", 1)
     if kind == "schema":
@@ -755,7 +834,9 @@ def _scan(config: ExtractConfig, unit: Unit) -> dict[str, dict[str, list[Any]]]:
         return {BK_LEDGERS: read_ledger_metadata(_zk(config), config.ledgers_root.rstrip("/"), unit.ids)}
     if unit.table == OFFLOAD_OBJECTS:
         return {OFFLOAD_OBJECTS: scan_object_unit(config, unit.key)}
-    return scan_reference_unit(config, unit.key)
+    if unit.table == NAMESPACES:
+        return {NAMESPACES: scan_namespaces_unit(config, unit.store)}
+    return scan_reference_unit(config, unit.key, unit.store)
 
 
 def run_unit(config: ExtractConfig, unit: Unit, directory: str) -> UnitResult:
@@ -788,7 +869,12 @@ _STAGES = (
     # The id listing first: everything read later is newer than it (see the module docstring).
     _Stage(BK_LEDGER_IDS, lambda config, _: list_bk_units(config), (BK_LEDGER_IDS,), True),
     _Stage(OFFLOAD_OBJECTS, lambda config, _: list_object_units(config), (OFFLOAD_OBJECTS,), True),
-    _Stage(REFERENCES, lambda config, _: list_reference_units(config), (REFERENCES, OFFLOAD_CONTEXTS), False),
+    _Stage(
+        REFERENCES,
+        lambda config, _: list_reference_units(config),
+        (REFERENCES, OFFLOAD_CONTEXTS, NAMESPACES),
+        False,
+    ),
     # Last: which ledgers' metadata is read depends on the references.
     _Stage(BK_LEDGERS, list_metadata_units, (BK_LEDGERS,), False),
 )

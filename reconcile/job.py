@@ -41,15 +41,17 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from reconcile.candidates import Rejected, build_requests, head_owners, write_avro, write_jsonl
 from reconcile.extract import (
     BK_LEDGER_IDS,
     BK_LEDGERS,
+    NAMESPACES,
     OFFLOAD_CONTEXTS,
     OFFLOAD_OBJECTS,
     REFERENCES,
@@ -59,7 +61,7 @@ from reconcile.extract import (
 )
 from reconcile.report import ReportRow, human_bytes, render_chart, render_table, rows_from_summary, totals
 
-__all__ = ["JobConfig", "JobResult", "main", "parse_duration", "run", "spark_session"]
+__all__ = ["JobConfig", "JobResult", "Tripwire", "main", "parse_duration", "run", "spark_session"]
 
 CANDIDATES_JSONL = "candidates.jsonl"
 CANDIDATES_AVRO = "candidates.avro"
@@ -83,6 +85,12 @@ REPORT_ONLY_WHY = {
     "data/index role: the service cannot prove their owner, remove them by hand after checking",
     "objects-owner-conflict": "the objects of one offloaded ledger name different managed ledgers in "
     "ManagedLedgerName: the service deletes neither, remove them by hand after checking",
+    "namespace-unknown": "their namespace is known to none of the Pulsar metadata stores read (ours and "
+    "those in LEDGER_DELETION_BOOKKEEPER_SHARED_WITH): they may be a Pulsar cluster's nobody declared; "
+    "declare its store, or check by hand that no cluster has the namespace",
+    "namespace-unknown-bookkeeper-shared": "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH is 'none', yet ledgers of "
+    "a namespace this cluster does not know were created recently (shared_bookkeeper_evidence): another "
+    "writer shares this BookKeeper, so no ledger of an unknown namespace is submitted; declare its store",
 }
 
 
@@ -105,6 +113,18 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
+class Tripwire(Protocol):
+    """The service's shared-BookKeeper tripwire (``ledger_deletion.tripwire``), as the job needs it."""
+
+    def tripped(self) -> bool:
+        """Whether it is tripped now."""
+        ...
+
+    def trip(self, evidence: Sequence[dict[str, Any]]) -> None:
+        """Trip it for these rows of :func:`reconcile.transform.shared_bookkeeper_evidence`."""
+        ...
+
+
 @dataclass(frozen=True)
 class JobConfig:
     extract: ExtractConfig
@@ -115,6 +135,14 @@ class JobConfig:
     now_ms: int | None = None  # the clock the cut-off is taken from; None = when the job starts
     resume: bool = False
     shuffle_partitions: int = 8
+    # LEDGER_DELETION_BOOKKEEPER_SHARED_WITH: True for ``none``, False when other clusters' stores are
+    # declared (extract.other_pulsar_metadata_stores), None when unset (a dry run only): then, as with
+    # stores declared, no ledger of a namespace no store knows is a candidate.
+    bookkeeper_alone: bool | None = None
+    # With ``none``: a ledger of an unknown namespace created within this window before ``now`` is evidence
+    # of another writer (transform.shared_bookkeeper_evidence): the service's tripwire WINDOW
+    # (ledger_deletion/tripwire.py: the 4-hour rollover plus 2 hours for a request to be decided).
+    tripwire_window_seconds: float = 6 * 3600.0
 
 
 @dataclass
@@ -136,6 +164,9 @@ class JobResult:
     # Candidates that carry a reason (why a ledger the metadata still lists is an orphan): reason ->
     # (count, bytes): bk-copy-of-offloaded-ledger, replaced-offload-attempt.
     candidate_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Per namespace no store knows: its recently created ledgers (transform.shared_bookkeeper_evidence).
+    shared_bookkeeper_evidence: list[dict[str, Any]] = field(default_factory=list)
+    tripped: bool = False  # the tripwire was tripped (``none``, evidence, and a submitting run)
 
 
 def spark_session(
@@ -183,11 +214,13 @@ def run(
     publish: Callable[[Sequence[Any]], int] | None = None,
     s3_client: Any = None,
     extracted: ExtractResult | None = None,
+    tripwire: Tripwire | None = None,
 ) -> JobResult:
     """The whole job. ``publish`` (e.g. ``ledger_deletion.submit.publish_requests`` bound to settings) is
     called with the requests only when given: without it this is a dry run that only writes files.
     ``extracted``: an extract of ``config.extract`` made just before, reconciled instead of making one (the
-    benchmark measures the two apart)."""
+    benchmark measures the two apart). ``tripwire``: the service's shared-BookKeeper tripwire, read and
+    tripped only when ``none`` is declared and the run submits (``publish``)."""
     from pyspark.sql import functions as F
 
     from reconcile import transform as T
@@ -230,6 +263,7 @@ def run(
         refs = spark.read.schema(T.REFERENCES_SCHEMA).parquet(extracted.path(REFERENCES))
         ctxs = spark.read.schema(T.OFFLOAD_CONTEXTS_SCHEMA).parquet(extracted.path(OFFLOAD_CONTEXTS))
         objs = spark.read.schema(T.OFFLOAD_OBJECTS_SCHEMA).parquet(extracted.path(OFFLOAD_OBJECTS))
+        namespaces = spark.read.schema(T.NAMESPACES_SCHEMA).parquet(extracted.path(NAMESPACES))
         raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=cutoff_ms).unionByName(
             T.offload_findings(objs, refs, ctxs, cutoff_ms=cutoff_ms)
         )
@@ -246,7 +280,24 @@ def run(
             owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
         owners = spark.createDataFrame(owners_rows, T.OFFLOAD_OWNERS_SCHEMA)
         progress.update(task, advance=1)
-        findings = T.filter_tenant(T.attach_offload_owners(raw, owners, bk, refs), config.tenant)
+        owned = T.attach_offload_owners(raw, owners, bk, refs)
+        # Before the tenant filter: another writer in any tenant means the BookKeeper is shared.
+        recent_from_ms = now_ms - int(config.tripwire_window_seconds * 1000)
+        evidence = [
+            r.asDict()
+            for r in T.shared_bookkeeper_evidence(owned, namespaces, recent_from_ms=recent_from_ms).collect()
+        ]
+        # Tripped earlier (by the watcher, the workflow pool, a previous run), it holds until an operator
+        # clears it: no ledger of an unknown namespace is requested meanwhile. Read once, here: should it
+        # trip while this run goes on, the workflow's own check of it (SKIPPED_UNKNOWN_NAMESPACE) still holds.
+        watched = config.bookkeeper_alone is True and publish is not None and tripwire is not None
+        already_tripped = watched and tripwire is not None and tripwire.tripped()
+        if config.bookkeeper_alone is not True:
+            unknown_reason: str | None = T.NAMESPACE_UNKNOWN_REASON
+        else:
+            unknown_reason = T.SHARED_BOOKKEEPER_REASON if evidence or already_tripped else None
+        owned = T.unknown_namespaces(owned, namespaces, unknown_reason)
+        findings = T.filter_tenant(owned, config.tenant)
         findings.write.mode("overwrite").parquet(str(out / FINDINGS_PARQUET))
         findings = spark.read.parquet(str(out / FINDINGS_PARQUET))
         progress.update(task, advance=1)
@@ -310,6 +361,12 @@ def run(
                     },
                     "legacy_tagged": legacy_tagged,
                     "unproven_offloads": unproven_offloads,
+                    "shared_bookkeeper": {
+                        "alone": config.bookkeeper_alone,
+                        "other_stores": list(config.extract.other_pulsar_metadata_stores),
+                        "tripwire_window_seconds": config.tripwire_window_seconds,
+                        "evidence": evidence,
+                    },
                     "rejected": [
                         {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in rejected
                     ],
@@ -344,6 +401,13 @@ def run(
             f"  offloads to check by hand: {keys}{more} "
             f"({SUMMARY_JSON} lists up to {UNPROVEN_LISTED} with their keys, {FINDINGS_PARQUET} has all)"
         )
+    for row in evidence:
+        console.print(
+            f"[yellow]namespace {escape(str(row['namespace']))} is known to no metadata store read[/yellow],"
+            f" yet {row['ledgers']} of its ledgers were created in the last "
+            f"{config.tripwire_window_seconds:.0f} s (newest {row['newest_ledger_id']}): another Pulsar "
+            "cluster writes to this BookKeeper"
+        )
     result = JobResult(
         out,
         cutoff_ms,
@@ -356,9 +420,17 @@ def run(
         legacy_tagged=legacy_tagged,
         unproven_offloads=unproven_offloads,
         candidate_reasons=candidate_reasons,
+        shared_bookkeeper_evidence=evidence,
     )
 
     # 4. submit ---------------------------------------------------------------------------------------
+    if publish is not None and config.bookkeeper_alone is True and evidence:
+        # ``none`` asserted this cluster alone writes here, and the ledgers say otherwise: trip the service's
+        # tripwire (durably, before anything is published), which stops its own unknown-namespace deletes;
+        # the requests above already hold none of them.
+        if tripwire is not None:
+            tripwire.trip(evidence)
+        result.tripped = True
     if publish is not None and requests:
         with _stage(timings, "submit"):
             result.published = publish(requests)

@@ -29,6 +29,11 @@ Safety rules, in order (the first that applies is the reason):
 4. created at or after the cut-off (``now - min age``): znode ctime (or the metadata ctime if later) for
    ledgers, LastModified for objects;
 5. a ledger that is not CLOSED and whose znode changed at or after the cut-off (still being written).
+
+The references are those of every Pulsar metadata store read (ours and the other clusters' sharing this
+BookKeeper): listed in any keeps a ledger. Then :func:`unknown_namespaces` makes the candidates of a namespace
+no store knows report-only (with other stores declared always, with ``none`` only when
+:func:`shared_bookkeeper_evidence` finds another writer).
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ __all__ = [
     "FINDINGS_COLUMNS",
     "LEGACY_KEYS",
     "LEGACY_TAGS_REASON",
+    "NAMESPACES_SCHEMA",
+    "NAMESPACE_UNKNOWN_REASON",
+    "SHARED_BOOKKEEPER_REASON",
     "OBJECTS_CONFLICT_REASON",
     "OBJECTS_UNTAGGED_REASON",
     "OFFLOADED_TAGS_MISMATCH_REASON",
@@ -66,12 +74,15 @@ __all__ = [
     "attach_offload_owners",
     "bk_findings",
     "bk_referenced_ids",
+    "finding_namespace",
     "classify_bk_ledgers",
     "filter_tenant",
     "offload_findings",
     "parse_object_keys",
     "reconcile",
     "referenced_ids",
+    "shared_bookkeeper_evidence",
+    "unknown_namespaces",
     "summarize",
     "unreadable_owners",
 ]
@@ -102,8 +113,11 @@ REFERENCES_SCHEMA = StructType(
         StructField("kind", StringType()),
         StructField("owner", StringType()),
         StructField("cursor_name", StringType()),
+        StructField("store", StringType()),  # the Pulsar metadata store it was read from
     ]
 )
+# The namespaces each Pulsar metadata store knows (reconcile.extract.scan_namespaces_unit).
+NAMESPACES_SCHEMA = StructType([StructField("store", StringType()), StructField("namespace", StringType())])
 OFFLOAD_CONTEXTS_SCHEMA = StructType(
     [
         StructField("ledger_id", LongType(), False),
@@ -195,6 +209,20 @@ _REPLACED_OFFLOAD_REFERENCE_KINDS = ("data", OFFLOADED_BK_DELETED, "position", "
 # Such a BK ledger whose tags do not say it is that managed ledger's data (another owner, another
 # component): not the copy the metadata speaks of, so nothing proves it is the broker's leftover. Kept.
 OFFLOADED_TAGS_MISMATCH_REASON = "offloaded-ledger-tags-mismatch"
+# Shared BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH; apache/pulsar#5985). The tags a broker writes
+# (LedgerMetadataUtils.buildBaseManagedLedgerMetadata, buildMetadataForSchema) name no cluster, so a ledger of
+# a namespace no declared store knows (no /managed-ledgers/<namespace> in any: the service's
+# PulsarMetadataStore.knows_namespace) may be an undeclared cluster's: with other stores declared, it is never
+# submitted (report-only, NAMESPACE_UNKNOWN_REASON). With ``none``, a recent one is evidence that another
+# writer shares the BookKeeper (shared_bookkeeper_evidence); then no ledger of any unknown namespace is
+# submitted (SHARED_BOOKKEEPER_REASON), and without evidence such ledgers are orphans of a namespace deleted
+# half-way, candidates like any other.
+NAMESPACE_UNKNOWN_REASON = "namespace-unknown"
+SHARED_BOOKKEEPER_REASON = "namespace-unknown-bookkeeper-shared"
+_ML_NAMESPACE_V2 = r"^([^/]+/[^/]+)/persistent/"
+_ML_NAMESPACE_V1 = r"^([^/]+/[^/]+/[^/]+)/persistent/"
+_TOPIC_NAMESPACE_V2 = r"^([^/]+/[^/]+)/[^/]+$"
+_TOPIC_NAMESPACE_V1 = r"^([^/]+/[^/]+/[^/]+)/[^/]+$"
 
 
 def _first(rules: list[tuple[Column, str]], default: Column) -> Column:
@@ -606,6 +634,81 @@ def attach_offload_owners(
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _namespace_of(name: Column, v2: str, v1: str) -> Column:
+    return F.when(name.rlike(v2), F.regexp_extract(name, v2, 1)).when(
+        name.rlike(v1), F.regexp_extract(name, v1, 1)
+    )
+
+
+def finding_namespace() -> Column:
+    """The namespace a finding's tags name, as the service's ``namespace_of`` reads it
+    (ledger_deletion/shared_bookkeeper.py): the managed ledger's part before its first ``/persistent/``
+    (``TopicName.getPersistenceNamingEncoding``), else the schema id's or topic's part before its local name
+    (``tenant/ns`` or v1's ``tenant/cluster/ns``). Null when no tag names one."""
+    return F.coalesce(
+        _namespace_of(F.col("managed_ledger"), _ML_NAMESPACE_V2, _ML_NAMESPACE_V1),
+        _namespace_of(F.col("schema_id"), _TOPIC_NAMESPACE_V2, _TOPIC_NAMESPACE_V1),
+        _namespace_of(F.col("topic_name"), _TOPIC_NAMESPACE_V2, _TOPIC_NAMESPACE_V1),
+    )
+
+
+def _with_known(findings: DataFrame, namespaces: DataFrame) -> DataFrame:
+    """Add ``_ns`` (:func:`finding_namespace`) and ``_known`` (true when any store knows it). The known
+    namespaces are few (one row per namespace and store): broadcast, an equi-join."""
+    known = (
+        namespaces.select(F.col("namespace").alias("_known_ns")).distinct().withColumn("_known", F.lit(True))
+    )
+    return findings.withColumn("_ns", finding_namespace()).join(
+        F.broadcast(known), F.col("_ns") == F.col("_known_ns"), "left"
+    )
+
+
+def shared_bookkeeper_evidence(
+    findings: DataFrame, namespaces: DataFrame, *, recent_from_ms: int
+) -> DataFrame:
+    """Evidence that another writer shares this BookKeeper: per namespace no store knows, its Pulsar BK
+    ledgers created after ``recent_from_ms`` (``namespace``, ``ledgers``, ``newest_ledger_id``,
+    ``newest_created_ms``), whatever their status: the service's ``tripwire.is_evidence`` (now - created <
+    window), created being the later of the znode's and the metadata's ctime.
+
+    A cluster creates ``/managed-ledgers/<namespace>`` before the namespace's first ledger
+    (``ManagedLedgerImpl.initialize`` stores the managed ledger's record, then creates its ledger), and the
+    extract reads the stores after it lists the ledgers: a recent ledger of a namespace no store knows is not
+    ours. An old one may be the leftover of a namespace deleted half-way."""
+    df = _with_known(findings, namespaces)
+    recent = (
+        (F.col("storage") == "bookkeeper")
+        & F.col("_ns").isNotNull()
+        & F.col("_known").isNull()
+        & (F.col("created_ms") > F.lit(recent_from_ms))
+    )
+    return (
+        df.where(recent)
+        .groupBy(F.col("_ns").alias("namespace"))
+        .agg(
+            F.count(F.lit(1)).alias("ledgers"),
+            F.max("ledger_id").alias("newest_ledger_id"),
+            F.max("created_ms").alias("newest_created_ms"),
+        )
+        .orderBy("namespace")
+    )
+
+
+def unknown_namespaces(findings: DataFrame, namespaces: DataFrame, reason: str | None) -> DataFrame:
+    """With ``reason``: every candidate whose namespace (:func:`finding_namespace`) no store in
+    ``namespaces`` knows, or that names none, becomes ``report-only`` with that reason. ``None``: unchanged
+    (``none`` declared and no evidence of another writer)."""
+    if reason is None:
+        return findings
+    df = _with_known(findings, namespaces)
+    unknown = (F.col("status") == CANDIDATE) & F.col("_known").isNull()
+    return (
+        df.withColumn("reason", F.when(unknown, F.lit(reason)).otherwise(F.col("reason")))
+        .withColumn("status", F.when(unknown, F.lit(REPORT_ONLY)).otherwise(F.col("status")))
+        .select(*FINDINGS_COLUMNS)
+    )
+
+
 def filter_tenant(findings: DataFrame, tenant: str | None) -> DataFrame:
     """Only the findings of one tenant (``None``: all). Findings of unknown owner are dropped by a filter."""
     return findings if tenant is None else findings.where(F.col("tenant") == tenant)
@@ -620,12 +723,19 @@ def reconcile(
     *,
     cutoff_ms: int,
     tenant: str | None = None,
+    namespaces: DataFrame | None = None,
+    unknown_namespace_reason: str | None = None,
 ) -> DataFrame:
-    """All findings (BK and offload), owners attached, filtered to ``tenant`` when given."""
+    """All findings (BK and offload), owners attached, the candidates of namespaces no store knows made
+    report-only with ``unknown_namespace_reason`` (see :func:`unknown_namespaces`; ``namespaces`` None: no
+    such rule), filtered to ``tenant`` when given."""
     findings = bk_findings(bk, references, contexts, cutoff_ms=cutoff_ms).unionByName(
         offload_findings(objects, references, contexts, cutoff_ms=cutoff_ms)
     )
-    return filter_tenant(attach_offload_owners(findings, owners, bk, references), tenant)
+    findings = attach_offload_owners(findings, owners, bk, references)
+    if namespaces is not None:
+        findings = unknown_namespaces(findings, namespaces, unknown_namespace_reason)
+    return filter_tenant(findings, tenant)
 
 
 def summarize(findings: DataFrame) -> DataFrame:

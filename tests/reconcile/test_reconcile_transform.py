@@ -61,7 +61,8 @@ def frames(
 ) -> tuple[Any, Any, Any, Any]:
     return (
         spark.createDataFrame(bk, T.BK_LEDGERS_SCHEMA),
-        spark.createDataFrame(list(refs), T.REFERENCES_SCHEMA),
+        # Every reference from our own store unless a test says which (a fifth field).
+        spark.createDataFrame([(*r, "ours")[:5] for r in refs], T.REFERENCES_SCHEMA),
         spark.createDataFrame(list(ctxs), T.OFFLOAD_CONTEXTS_SCHEMA),
         spark.createDataFrame(list(objs), T.OFFLOAD_OBJECTS_SCHEMA),
     )
@@ -541,3 +542,80 @@ def test_objects_of_a_replaced_offload_attempt_are_candidates_with_their_reason(
     }
     candidate = T.attach_offload_owners(raw, owners, bk, refs).where(F.col("ledger_id") == 70).first()
     assert candidate is not None and candidate["topic_name"] == "public/default/orders-partition-1"
+
+
+def _findings_of(spark: Any, bk: list[dict[str, Any]], refs: Sequence[tuple[Any, ...]]) -> Any:
+    frames_ = frames(spark, bk, refs=refs)
+    return T.bk_findings(frames_[0], frames_[1], frames_[2], cutoff_ms=CUTOFF)
+
+
+def test_a_ledger_listed_in_any_store_is_kept(spark: Any) -> None:
+    """The anti-join runs against the references of every store: the other cluster's listing keeps its
+    ledger of the same (geo-replicated) managed-ledger name, though ours lists only a newer one."""
+    findings = _findings_of(
+        spark,
+        [ledger(5, data_tags()), ledger(9, data_tags()), ledger(10, data_tags())],
+        refs=[(9, "data", ML, None, "ours"), (5, "data", ML, None, "zk-b:2181/pulsar-b")],
+    )
+    assert by_id(findings) == {10: ("candidate", None)}
+
+
+def test_unknown_namespaces_are_report_only_with_the_reason(spark: Any) -> None:
+    """Candidates whose tagged namespace no store knows (data and cursor by the managed ledger, schema by
+    its id, v1 namespaces of three segments) become report-only with the reason; known ones, and findings
+    that were no candidates, are unchanged. Without a reason (``none``, no evidence) nothing changes."""
+    v1_ml = "acme/east/orders/persistent/t"
+    findings = _findings_of(
+        spark,
+        [
+            ledger(1, data_tags()),  # public/default: known
+            ledger(2, data_tags("ghost/ns/persistent/t")),
+            ledger(3, {**data_tags("ghost/ns/persistent/t"), "pulsar/cursor": "s"}),
+            ledger(4, {"application": "pulsar", "component": "schema", "pulsar/schemaId": "ghost/ns/t"}),
+            ledger(5, data_tags(v1_ml)),  # acme/east/orders: known (v1)
+            ledger(6, data_tags(v1_ml.replace("orders", "other"))),
+            ledger(7, data_tags("ghost/ns/persistent/t"), ctime_ms=YOUNG),  # excluded already
+        ],
+        refs=[],
+    )
+    namespaces = spark.createDataFrame(
+        [("ours", "public/default"), ("zk-b:2181/b", "acme/east/orders"), ("ours", "ghost")],
+        T.NAMESPACES_SCHEMA,
+    )
+    unknown = ("report-only", T.NAMESPACE_UNKNOWN_REASON)
+    assert by_id(T.unknown_namespaces(findings, namespaces, T.NAMESPACE_UNKNOWN_REASON)) == {
+        1: ("candidate", None),
+        2: unknown,
+        3: unknown,
+        4: unknown,
+        5: ("candidate", None),
+        6: unknown,
+        7: ("excluded", "too-young"),
+    }
+    assert by_id(T.unknown_namespaces(findings, namespaces, None)) == by_id(findings)
+
+
+def test_shared_bookkeeper_evidence_is_a_recent_ledger_of_an_unknown_namespace(spark: Any) -> None:
+    """Per unknown namespace, its Pulsar ledgers created at or after the window's start, whatever their
+    status (a recent one is usually too young); old ones of an unknown namespace and recent ones of a known
+    namespace are no evidence."""
+    findings = _findings_of(
+        spark,
+        [
+            ledger(1, data_tags(), ctime_ms=YOUNG),  # known namespace
+            ledger(2, data_tags("b/private/persistent/t")),  # unknown, old
+            ledger(3, data_tags("b/private/persistent/t"), ctime_ms=YOUNG),
+            ledger(4, data_tags("b/private/persistent/u"), md_ctime_ms=YOUNG),
+            ledger(5, data_tags("gone/ns/persistent/t")),  # unknown, old: a namespace deleted half-way
+            ledger(6, {"application": "other", "component": "managed-ledger"}, ctime_ms=YOUNG),
+        ],
+        refs=[],
+    )
+    namespaces = spark.createDataFrame([("ours", "public/default")], T.NAMESPACES_SCHEMA)
+    evidence = [
+        r.asDict()
+        for r in T.shared_bookkeeper_evidence(findings, namespaces, recent_from_ms=CUTOFF).collect()
+    ]
+    assert evidence == [
+        {"namespace": "b/private", "ledgers": 2, "newest_ledger_id": 4, "newest_created_ms": YOUNG}
+    ]
