@@ -249,9 +249,9 @@ async def run_pools(
                 eager_start="workflow" in wanted,
                 mode=settings.mode,
                 live_scope=settings.live_scope,
-            )
                 audit=running.audit,
                 worker=identity,
+            )
             stack.callback(running.ingestor.close_consumer)
         running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
         worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]

@@ -348,3 +348,15 @@ def test_one_place_sets_the_pulsar_release_and_namespace(overlay: str, tmp_path:
     tokens = set(re.findall(r"'name': '([\w-]*-token-[\w-]*)'", str(rendered)))
     assert tokens == {"streams-a-token-ledger-deletion"}
     assert not [d for d in rendered if d["metadata"]["name"] == "pulsar-release"], "kustomize-only"
+    # The NetworkPolicy lets the pods reach the chart's ZooKeeper and brokers (templates/_helpers.tpl's
+    # pulsar.standardLabels: app, release, component) in the chart's namespace, wherever the service runs.
+    (policy,) = [
+        d for d in rendered if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "ledger-deletion"
+    ]
+    chart_peers = [
+        peer for rule in policy["spec"]["egress"] for peer in rule["to"] if "component" in str(peer)
+    ]
+    assert len(chart_peers) == 2
+    for peer in chart_peers:
+        assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "messaging"}
+        assert peer["podSelector"]["matchLabels"]["release"] == "streams-a"

@@ -232,8 +232,8 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             and unacked == 0
             and dead == len(letters) == len(scenario.garbage)
             and watched
-        )
             and audited
+        )
         console.print(
             "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
         )

@@ -200,8 +200,8 @@ def metrics_page() -> str:
         "| `step` | the step: an activity name, or where the ingest dead-lettered a message (`decode`,"
         " `decrypt`, `tenant`, `start`, `ingest`; `join` past a run's limit of joined requests) |",
         "| `error` | the error type of a failed delete attempt |",
-        "| `namespace` | the request's `tenant/namespace` (reclaimed bytes: a deployment's namespaces are few and"
-        " known, its topics and ledgers are not) |",
+        "| `namespace` | the request's `tenant/namespace` (reclaimed bytes: a deployment's namespaces are few"
+        " and known, its topics and ledgers are not) |",
         "",
         "Ledger ids and topics are never labels (unbounded); they are span attributes.",
     ]
