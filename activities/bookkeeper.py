@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from temporalio import activity
@@ -29,7 +29,7 @@ from ledger_deletion.contracts import (
     VerifyBkMetadataInput,
     VerifyBkMetadataResult,
 )
-from ledger_deletion.errors import MetadataFormatError
+from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.managed_ledger import (
     ledger_list_digest,
@@ -41,6 +41,8 @@ from ledger_deletion.formats.managed_ledger import (
 from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
+from ledger_deletion.shared_bookkeeper import namespace_of
+from ledger_deletion.tripwire import Evidence, View, is_evidence
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
 APPLICATION = "application"
@@ -54,11 +56,29 @@ _M = TypeVar("_M")
 
 
 class BookKeeperReadActivities:
-    """The read-only checks on BookKeeper's and Pulsar's metadata: safe to repeat, they change nothing."""
+    """The read-only checks on BookKeeper's and Pulsar's metadata: safe to repeat, they change nothing.
 
-    def __init__(self, ledgers: LedgerReader, pulsar_metadata: PulsarMetadataStore) -> None:
+    ``other_stores``: the metadata stores of the other Pulsar clusters that share this BookKeeper
+    (``LEDGER_DELETION_BOOKKEEPER_SHARED_WITH``). Every "is it listed" read asks each of them as well as ours,
+    and a listing in any keeps the ledger; a ledger whose tagged namespace none of them has is never deleted
+    (``Verdict.UNKNOWN_NAMESPACE``). Comparisons against the owner broker's list stay on ours. ``tripwire``:
+    with ``none`` (no other store), the view that stops unknown namespaces' deletes once a recent ledger of
+    one proves another writer (``ledger_deletion.tripwire``). Neither given (tests, the benchmark): no
+    namespace check.
+    """
+
+    def __init__(
+        self,
+        ledgers: LedgerReader,
+        pulsar_metadata: PulsarMetadataStore,
+        other_stores: Sequence[PulsarMetadataStore] = (),
+        tripwire: View | None = None,
+    ) -> None:
         self._ledgers = ledgers
         self._pulsar_metadata = pulsar_metadata
+        self._others = tuple(other_stores)
+        self._stores = (pulsar_metadata, *self._others)
+        self._tripwire = tripwire
 
     @activity.defn(name="verify_bk_metadata")
     @translate_errors
@@ -75,6 +95,11 @@ class BookKeeperReadActivities:
                 Verdict.MISMATCH, znode.version, f"unreadable ledger metadata: {exc}"
             )
         verdict, reason = judge(metadata, inp.request)
+        # BookKeeper writes ctime into the metadata only with storeSystemTimeAsLedgerCreationTime; readers
+        # then take the znode's ctime (LedgerMetadataSerDe.parseConfig(..., stat.getCtime())), as here.
+        created_ms = metadata.ctime if metadata.ctime is not None else znode.ctime_ms
+        if verdict is Verdict.MATCH and (unknown := self._unknown_namespace(inp.request, created_ms)):
+            verdict, reason = Verdict.UNKNOWN_NAMESPACE, unknown
         if verdict is not Verdict.MATCH:
             return VerifyBkMetadataResult(
                 verdict,
@@ -94,9 +119,6 @@ class BookKeeperReadActivities:
         if inp.check_bk_copy_released:
             bk_copy_released, reason = self._bk_copy_released(inp.request, inp.owner_listed_digest)
         store_listing, listed_newest = self._store_listing(inp.request)
-        # BookKeeper writes ctime into the metadata only with storeSystemTimeAsLedgerCreationTime; readers
-        # then take the znode's ctime (LedgerMetadataSerDe.parseConfig(..., stat.getCtime())), as here.
-        created_ms = metadata.ctime if metadata.ctime is not None else znode.ctime_ms
         return VerifyBkMetadataResult(
             verdict,
             znode.version,
@@ -112,45 +134,101 @@ class BookKeeperReadActivities:
         )
 
     def _store_listing(self, request: PendingDeleteLedgerInfo) -> tuple[str, int]:
-        """What in Pulsar's metadata store still lists this data or cursor ledger ("" when nothing does), and
-        the newest ledger listed there by the same owner (-1 for none).
+        """What in a Pulsar metadata store (ours or another cluster's sharing this BookKeeper) still lists
+        this data or cursor ledger ("" when nothing does), and the bound of "newer than listed" (-1: none).
 
-        Any listing counts, with no comparison against the owner broker's list: this can only keep a ledger.
-        A data ledger listed only as an offloaded copy whose BookKeeper copy the broker released is not
-        listed. Unreadable metadata may list it: never deleted on a guess. A schema ledger's listing is its
-        locator (``schema_referenced``).
+        Any listing in any store counts, with no comparison against the owner broker's list: this can only
+        keep a ledger. A data ledger listed only as an offloaded copy whose BookKeeper copy the broker
+        released is not listed. Unreadable metadata may list it: never deleted on a guess. A schema ledger's
+        listing is its locator (``schema_referenced``).
         """
+        listings: list[str] = []
+        newest: list[int] = []
+        for store in self._stores:
+            listing, store_newest = self._listing_in(store, request)
+            listings.append(listing)
+            newest.append(store_newest)
+        return next((listing for listing in listings if listing), ""), _bound(newest)
+
+    def _listing_in(self, store: PulsarMetadataStore, request: PendingDeleteLedgerInfo) -> tuple[str, int]:
+        """:meth:`_store_listing` in one store: what lists the ledger there, and the newest id it lists."""
         name = request.managed_ledger_name
+        where_stored = self._store_name(store)
         if request.ledger_component is LedgerComponent.MANAGED_CURSOR:
             assert request.cursor_name is not None  # required for a cursor request when it was decoded
             where = f"cursor {request.cursor_name} of {name}"
-            data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
-            cursor, unreadable = self._stored(data, parse_managed_cursor_info, where)
+            data = store.read_managed_cursor(name, request.cursor_name)
+            cursor, unreadable = self._stored(store, data, parse_managed_cursor_info, where)
             if cursor is None:
                 return unreadable, -1
             if cursor.cursorsLedgerId != request.ledger_id:
                 return unreadable, cursor.cursorsLedgerId
-            return (
-                f"{where} stores it as its cursor ledger in Pulsar's metadata store",
-                cursor.cursorsLedgerId,
-            )
+            return (f"{where} stores it as its cursor ledger in {where_stored}", cursor.cursorsLedgerId)
         if request.ledger_component is not LedgerComponent.MANAGED_LEDGER:
             return "", -1
-        data = self._pulsar_metadata.read_managed_ledger(name)
-        info, unreadable = self._stored(data, parse_managed_ledger_info, f"managed ledger {name}")
+        data = store.read_managed_ledger(name)
+        info, unreadable = self._stored(store, data, parse_managed_ledger_info, f"managed ledger {name}")
         if info is None:
             return unreadable, -1
         newest = max((e.ledgerId for e in info.ledgerInfo), default=-1)
         entries = [e for e in info.ledgerInfo if e.ledgerId == request.ledger_id]
         if entries and not all(_released(e) for e in entries):
-            return f"{name} lists it in Pulsar's metadata store", newest
+            return f"{name} lists it in {where_stored}", newest
         return "", newest
 
-    def _stored(self, data: bytes | None, parse: Callable[[bytes], _M], what: str) -> tuple[_M | None, str]:
-        """A record read from Pulsar's metadata store, parsed; or None, and why when it is unreadable
+    def _store_name(self, store: PulsarMetadataStore) -> str:
+        if store is self._pulsar_metadata:
+            return "Pulsar's metadata store"
+        return f"the metadata store {store.hosts} of another Pulsar cluster sharing this BookKeeper"
+
+    def _unknown_namespace(self, request: PendingDeleteLedgerInfo, created_ms: int) -> str:
+        """Why the ledger's tagged namespace (``judge`` matched the request's names to its tags) makes it
+        another cluster's, or "" when it does not.
+
+        Known to any store: "". With other stores declared, known to none: another cluster's, perhaps one
+        nobody declared. With ``none``: a recent ledger is evidence of another writer and trips the tripwire
+        (``ledger_deletion.tripwire``, which says why recent); an old one is kept only while it is tripped
+        (a namespace deleted half-way leaves old orphans, which may go).
+        """
+        if not self._others and self._tripwire is None:
+            return ""
+        component = request.ledger_component
+        name = (
+            request.schema_id if component is LedgerComponent.SCHEMA_STORAGE else request.managed_ledger_name
+        )
+        namespace = namespace_of(name or "")
+        if namespace is not None and any(store.knows_namespace(namespace) for store in self._stores):
+            return ""
+        shown = namespace or repr(name)
+        if self._others:
+            return (
+                f"namespace {shown} is known to none of the {len(self._stores)} Pulsar metadata stores "
+                "sharing this BookKeeper (this cluster's and LEDGER_DELETION_BOOKKEEPER_SHARED_WITH's): the "
+                "ledger may be a cluster's nobody declared"
+            )
+        assert self._tripwire is not None
+        if is_evidence(created_ms, time.time()):
+            state = self._tripwire.report(Evidence(shown, request.ledger_id, created_ms, "the workflow pool"))
+            return (
+                f"namespace {shown} is not this cluster's, and the ledger was created "
+                f"{max(0.0, time.time() - created_ms / 1000):.0f} s ago: another writer shares this "
+                "BookKeeper, though LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none; "
+                f"tripwire {state.describe()}"
+            )
+        state = self._tripwire.current()
+        if state.tripped:
+            return f"namespace {shown} is not this cluster's and the shared-BookKeeper tripwire is " + (
+                state.describe()
+            )
+        return ""
+
+    def _stored(
+        self, store: PulsarMetadataStore, data: bytes | None, parse: Callable[[bytes], _M], what: str
+    ) -> tuple[_M | None, str]:
+        """A record read from a Pulsar metadata store, parsed; or None, and why when it is unreadable
         ("" when there is none, in a store that is Pulsar's)."""
         if data is None:
-            self._pulsar_metadata.confirm_managed_ledgers_root()
+            store.confirm_managed_ledgers_root()
             return None, ""
         try:
             return parse(data), ""
@@ -228,22 +306,27 @@ class BookKeeperReadActivities:
         wanted = {offload_uuid(offload.uid_msb, offload.uid_lsb)} if offload.has_uid else set()
         wanted.update(offload_uuid(seg.uid_msb, seg.uid_lsb) for seg in offload.offload_segment)
         name = request.managed_ledger_name
-        data = self._pulsar_metadata.read_managed_ledger(name)
-        info, unreadable = self._stored(data, parse_managed_ledger_info, f"managed ledger {name}")
-        if info is None:
-            return OffloadListedResult(unreadable)
-        for entry in info.ledgerInfo:
-            if entry.ledgerId != request.ledger_id or not entry.HasField("offloadContext"):
+        for store in self._stores:  # listed in any store sharing this BookKeeper keeps them
+            data = store.read_managed_ledger(name)
+            info, unreadable = self._stored(store, data, parse_managed_ledger_info, f"managed ledger {name}")
+            if info is None:
+                if unreadable:
+                    return OffloadListedResult(unreadable)
                 continue
-            context = entry.offloadContext
-            stored = (
-                {offload_uuid(context.uidMsb, context.uidLsb)} if context.uidMsb or context.uidLsb else set()
-            )
-            stored.update(offload_uuid(seg.uidMsb, seg.uidLsb) for seg in context.offloadSegment)
-            if shared := sorted(stored & wanted):
-                return OffloadListedResult(
-                    f"{name} lists it in Pulsar's metadata store, offloaded as {', '.join(shared)}"
+            for entry in info.ledgerInfo:
+                if entry.ledgerId != request.ledger_id or not entry.HasField("offloadContext"):
+                    continue
+                context = entry.offloadContext
+                stored = (
+                    {offload_uuid(context.uidMsb, context.uidLsb)}
+                    if context.uidMsb or context.uidLsb
+                    else set()
                 )
+                stored.update(offload_uuid(seg.uidMsb, seg.uidLsb) for seg in context.offloadSegment)
+                if shared := sorted(stored & wanted):
+                    return OffloadListedResult(
+                        f"{name} lists it in {self._store_name(store)}, offloaded as {', '.join(shared)}"
+                    )
         return OffloadListedResult()
 
     def _owner_entries(
@@ -269,19 +352,39 @@ class BookKeeperReadActivities:
         return entries, "" if entries else f"{name} does not list it"
 
     def _schema_references(self, schema_id: str, ledger_id: int) -> tuple[bool, str, int]:
-        """Does the schema's locator still list the ledger? (The topic may be gone while its schema stays.)
-        Also the newest ledger it lists (-1 for none)."""
-        data = self._pulsar_metadata.read_schema_locator(schema_id)
+        """Does the schema's locator, in any store sharing this BookKeeper, still list the ledger? (The
+        topic may be gone while its schema stays.) Also the bound of "newer than listed" (-1: none)."""
+        newest: list[int] = []
+        for store in self._stores:
+            referenced, why, store_newest = self._schema_references_in(store, schema_id, ledger_id)
+            if referenced:
+                return True, why, -1
+            newest.append(store_newest)
+        return False, "", _bound(newest)
+
+    def _schema_references_in(
+        self, store: PulsarMetadataStore, schema_id: str, ledger_id: int
+    ) -> tuple[bool, str, int]:
+        try:
+            data = store.read_schema_locator(schema_id)
+        except PulsarMetadataNotFound:
+            if store is self._pulsar_metadata:
+                raise
+            # Another cluster that never stored a schema has no /schemas yet (BookkeeperSchemaStorage creates
+            # it with the first one): its /managed-ledgers proves the store is Pulsar's, or this raises.
+            store.confirm_managed_ledgers_root()
+            data = None
         if data is None:
             return False, "", -1
+        where = "" if store is self._pulsar_metadata else f" in {self._store_name(store)}"
         try:
             listed = schema_ledger_ids(parse_schema_locator(data))
         except MetadataFormatError as exc:
             # An unreadable locator may still list it: never delete on a guess.
-            return True, f"schema locator of {schema_id} unreadable: {exc}", -1
+            return True, f"schema locator of {schema_id}{where} unreadable: {exc}", -1
         newest = max(listed, default=-1)
         if ledger_id in listed:
-            return True, f"listed by the schema locator of {schema_id}", newest
+            return True, f"listed by the schema locator of {schema_id}{where}", newest
         return False, "", newest
 
 
@@ -317,6 +420,16 @@ class BookKeeperDeleteActivities:
         return DeleteBkLedgerResult(
             DeleteBkLedgerStatus.DELETED if deleted else DeleteBkLedgerStatus.VERSION_CHANGED
         )
+
+
+def _bound(newest: Sequence[int]) -> int:
+    """The bound of "newer than listed" across the stores that list something (-1: none does).
+
+    The lowest, not the highest: a ledger tagged with a managed ledger several clusters have (a
+    geo-replicated topic) may be any of theirs being created, so it is settled only once it is below what
+    each of them lists. The highest would let one cluster's newer list settle another's rollover under way.
+    """
+    return min((n for n in newest if n >= 0), default=-1)
 
 
 def _released(entry: ml_pb.ManagedLedgerInfo.LedgerInfo) -> bool:

@@ -192,6 +192,50 @@ def watch() -> None:
     run_watcher(load_settings(require=WATCH_REQUIRES, deletes=()))  # it only reads, and publishes requests
 
 
+@app.command()
+def tripwire(
+    clear: Annotated[
+        bool, typer.Option("--clear", help="Clear it, once the other cluster's store is listed or checked.")
+    ] = False,
+    output: OutputOption = Output.table,
+) -> None:
+    """Show (or clear) the shared-BookKeeper tripwire: with LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none, a
+    recent ledger of a namespace this cluster does not have trips it, and until it is cleared no ledger of
+    an unknown namespace is deleted. Before clearing: list the other cluster's metadata store in
+    LEDGER_DELETION_BOOKKEEPER_SHARED_WITH, or check that the namespaces it names were this cluster's
+    (docs/deployment.md#shared-bookkeeper). The flag is the Temporal Schedule
+    <prefix>-shared-bookkeeper-tripwire (paused: tripped), whose note names the evidence."""
+    import asyncio
+
+    from ledger_deletion import kill_switch
+    from ledger_deletion import tripwire as wire
+    from ledger_deletion.temporal_client import connect_temporal
+
+    settings = load_settings(require=TEMPORAL)
+    wire_id = wire.tripwire_id(settings.task_queue_prefix)
+
+    async def run() -> wire.TripState:
+        client = await connect_temporal(settings)
+        if clear:
+            return await wire.clear(client, wire_id, kill_switch.operator())
+        return await wire.read(client, wire_id)
+
+    state = asyncio.run(run())
+    if output is Output.json:
+        print(
+            json.dumps(
+                {
+                    "tripwire": wire_id,
+                    "tripped": state.tripped,
+                    "namespaces": list(state.namespaces),
+                    "note": state.note,
+                }
+            )
+        )
+    else:
+        console.print(f"{wire_id}: {escape(state.describe())}", soft_wrap=True)
+
+
 COMMANDS_GROUP = "ledger_deletion.commands"
 # Optional extras of pyproject.toml: a name for people and the modules a command needs from each.
 EXTRAS = {"spark": ("Spark", ("pyspark", "pyarrow", "matplotlib"))}

@@ -32,6 +32,9 @@ class Outcome(StrEnum):
     SKIPPED_IN_USE = "SKIPPED_IN_USE"
     SKIPPED_METADATA_MISMATCH = "SKIPPED_METADATA_MISMATCH"
     SKIPPED_NOT_PULSAR = "SKIPPED_NOT_PULSAR"
+    # A ledger of a namespace no Pulsar metadata store sharing this BookKeeper has (or, with
+    # LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none, while the tripwire is tripped): another cluster's, kept.
+    SKIPPED_UNKNOWN_NAMESPACE = "SKIPPED_UNKNOWN_NAMESPACE"
     DEAD_LETTERED = "DEAD_LETTERED"
     # Shadow runs only: what a live run would have reached where it changes something. The other outcomes
     # mean the same in both modes (nothing is touched for them).
@@ -240,6 +243,7 @@ class Verdict(StrEnum):
     NOT_FOUND = "NOT_FOUND"
     MISMATCH = "MISMATCH"
     NOT_PULSAR = "NOT_PULSAR"
+    UNKNOWN_NAMESPACE = "UNKNOWN_NAMESPACE"  # its tagged namespace is not known to this BookKeeper's clusters
 
 
 @dataclass(frozen=True)

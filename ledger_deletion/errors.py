@@ -104,6 +104,12 @@ class PauseStateUnknown(TransientError):
     it is off, so it deletes nothing: a process cut off from Temporal must not miss a pause. Retried."""
 
 
+class TripwireStateUnknown(TransientError):
+    """The shared-BookKeeper tripwire (``ledger_deletion.tripwire``) could not be read recently enough, or a
+    trip could not be recorded: a ledger of a namespace this cluster does not know is then neither deleted nor
+    acked as kept, since either would rest on a guess. Retried."""
+
+
 class DeletionPaused(LedgerDeletionError):
     """The kill switch is on: a delete refused at its start. Neither retried by Temporal nor dead-lettered:
     the workflow waits, visibly (``DeletionStep=paused``), until ``ledger-deletion resume``. The message is

@@ -44,7 +44,7 @@ from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActi
 from activities.messaging import MessagingActivities
 from activities.offload import OffloadActivities
 from activities.pulsar_admin import PulsarAdminActivities
-from ledger_deletion import connections, kill_switch
+from ledger_deletion import connections, kill_switch, tripwire
 from ledger_deletion.adapters import messaging
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient
@@ -162,7 +162,8 @@ async def run_pools(
         if "workflow" in wanted:
             queue = hosted.setdefault(settings.task_queue("workflow"), _Hosted())
             queue.workflows = True
-            queue.checks = _read_only_checks(settings, stack)
+            view = await _tripwire(temporal, settings, stop, stack)
+            queue.checks = _read_only_checks(settings, stack, view)
             await _check_ledger_layout(queue.checks.ledgers)
         if "bookkeeper" in wanted and shadow:
             log.info("shadow mode: the bookkeeper pool has nothing to run (a shadow run deletes no ledger)")
@@ -290,8 +291,14 @@ async def run_pools(
     log.info("pools %s stopped", sorted(wanted))
 
 
-def _read_only_checks(settings: Settings, stack: AsyncExitStack) -> _Checks:
-    """The workflow pool's read clients and the checks that use them, closed with ``stack``."""
+def _read_only_checks(
+    settings: Settings, stack: AsyncExitStack, view: tripwire.View | None = None
+) -> _Checks:
+    """The workflow pool's read clients and the checks that use them, closed with ``stack``.
+
+    Who else writes to this BookKeeper (``settings.shared_bookkeeper``): each other cluster's metadata store,
+    read with the credentials of ours (one reading identity for every Pulsar metadata store), or with
+    ``none`` the tripwire's ``view``."""
     threads = settings.check_concurrency
     admin = admin_client(settings, threads)
     stack.callback(admin.close)
@@ -311,8 +318,20 @@ def _read_only_checks(settings: Settings, stack: AsyncExitStack) -> _Checks:
         connections.zookeeper_security(settings, pulsar_metadata=True),
     )
     stack.callback(pulsar_metadata.close)
+    shared = settings.shared_bookkeeper
+    others = [
+        PulsarMetadataStore(
+            hosts,
+            settings.zookeeper_timeout_seconds,
+            connections.zookeeper_digest(settings, pulsar_metadata=True),
+            connections.zookeeper_security(settings, pulsar_metadata=True),
+        )
+        for hosts in shared.other_stores
+    ]
+    for other in others:
+        stack.callback(other.close)
     topics = PulsarAdminActivities(admin)
-    metadata = BookKeeperReadActivities(ledgers, pulsar_metadata)
+    metadata = BookKeeperReadActivities(ledgers, pulsar_metadata, others, view if shared.alone else None)
     activities = [
         topics.check_topic,
         topics.ask_owner_broker,
@@ -351,6 +370,34 @@ async def _kill_switch(
         metrics.current().observe_kill_switch(pools, lambda: watch.paused, lambda: watch.age_seconds)
     )
     return watch
+
+
+async def _tripwire(
+    client: Client, settings: Settings, stop: asyncio.Event, stack: AsyncExitStack
+) -> tripwire.View:
+    """Read the shared-BookKeeper tripwire before serving any check, then as often as the kill switch."""
+    view = tripwire.View(
+        client,
+        tripwire.tripwire_id(settings.task_queue_prefix),
+        f"the workflow pool of {kill_switch.operator()}",
+        settings.kill_switch_seconds,
+        settings.kill_switch_stale_seconds,
+    )
+    try:
+        log.info("shared BookKeeper: %s", (await view.refresh()).describe())
+    except Exception as exc:  # Temporal not there yet: unknown namespaces wait until it is read
+        log.warning("shared BookKeeper tripwire unreadable at start: %s", exc)
+    refresher = asyncio.create_task(view.run(stop))
+    stack.push_async_callback(_finish, refresher)
+
+    def namespaces() -> tuple[str, ...] | None:
+        state = view.state
+        if state is None:
+            return None
+        return (state.namespaces or ("unknown",)) if state.tripped else ()
+
+    stack.callback(metrics.current().observe_tripwire(namespaces))
+    return view
 
 
 async def _finish(task: asyncio.Task[None]) -> None:

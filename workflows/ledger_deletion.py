@@ -109,6 +109,7 @@ _VERDICT_OUTCOME: Mapping[Verdict, Outcome] = MappingProxyType(
         Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
         Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
         Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
+        Verdict.UNKNOWN_NAMESPACE: Outcome.SKIPPED_UNKNOWN_NAMESPACE,
     }
 )
 
@@ -969,6 +970,7 @@ _WEIGHT: Mapping[Outcome, int] = MappingProxyType(
         Outcome.SKIPPED_IN_USE: 3,
         Outcome.SKIPPED_METADATA_MISMATCH: 4,
         Outcome.SKIPPED_NOT_PULSAR: 5,
+        Outcome.SKIPPED_UNKNOWN_NAMESPACE: 6,
     }
 )
 

@@ -165,6 +165,25 @@ AUDIT_BATCHES = Instrument(
     "Parquet objects the audit log's group commit wrote (each holds every record waiting when it began)",
     (),
 )
+# Per namespace: the namespaces that prove another Pulsar cluster writes to this BookKeeper are few, and
+# which they are is what an operator needs to find that cluster (ledger_deletion.tripwire).
+SHARED_BOOKKEEPER_TRIPPED = Instrument(
+    "ledger_deletion_shared_bookkeeper_tripped",
+    "gauge",
+    "1",
+    "1 per namespace the shared-BookKeeper tripwire names while it is tripped, as this process last read it "
+    "(LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none, yet another writer's recent ledger was seen; namespace "
+    "unknown when tripped by hand): no ledger of an unknown namespace is deleted until it is cleared",
+    ("namespace",),
+)
+SHARED_BOOKKEEPER_EVIDENCE = Instrument(
+    "ledger_deletion_shared_bookkeeper_evidence",
+    "counter",
+    "{ledger}",
+    "Recent ledgers of a namespace this cluster does not have, seen by this process with "
+    "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none: each trips the shared-BookKeeper tripwire",
+    ("namespace",),
+)
 INSTRUMENTS = (
     REQUESTS_RECEIVED,
     REQUESTS_COMPLETED,
@@ -181,6 +200,8 @@ INSTRUMENTS = (
     INFLIGHT_BACKLOG_MEASURED,
     DELETIONS_PAUSED,
     KILL_SWITCH_AGE,
+    SHARED_BOOKKEEPER_TRIPPED,
+    SHARED_BOOKKEEPER_EVIDENCE,
     RECLAIMED_BYTES,
     AUDIT_RECORDS,
     AUDIT_BATCHES,
@@ -232,6 +253,10 @@ class Metrics:
         self._switches: dict[object, tuple[str, Callable[[], bool | None], Callable[[], float | None]]] = {}
         _gauge(meter, DELETIONS_PAUSED, self._observe_paused)
         _gauge(meter, KILL_SWITCH_AGE, self._observe_switch_age)
+        # The shared-BookKeeper tripwire's namespaces as this process last read it (tripwire.View).
+        self._tripwires: dict[object, Callable[[], tuple[str, ...] | None]] = {}
+        self._evidence = _counter(meter, SHARED_BOOKKEEPER_EVIDENCE)
+        _gauge(meter, SHARED_BOOKKEEPER_TRIPPED, self._observe_tripwire)
 
     # --- counters ------------------------------------------------------------------------------------------
 
@@ -304,6 +329,28 @@ class Metrics:
                 self._switches.pop(key, None)
 
         return unregister
+
+    def shared_bookkeeper_evidence(self, namespace: str) -> None:
+        self._evidence.add(1, {"namespace": namespace})
+
+    def observe_tripwire(self, namespaces: Callable[[], tuple[str, ...] | None]) -> Callable[[], None]:
+        """Report the tripwire as last read: the namespaces it names while tripped (``("unknown",)`` when
+        tripped by hand), ``()`` while not, None before the first read; returns the unregister function."""
+        key = object()
+        with self._sources_lock:
+            self._tripwires[key] = namespaces
+
+        def unregister() -> None:
+            with self._sources_lock:
+                self._tripwires.pop(key, None)
+
+        return unregister
+
+    def _observe_tripwire(self, _: CallbackOptions) -> Iterable[Observation]:
+        with self._sources_lock:
+            sources = list(self._tripwires.values())
+        named = {ns for source in sources for ns in (source() or ())}
+        return [Observation(1, {"namespace": ns}) for ns in sorted(named)]
 
     def _observe_paused(self, _: CallbackOptions) -> Iterable[Observation]:
         with self._sources_lock:

@@ -87,7 +87,8 @@ def list_deletions(
         str | None,
         typer.Option(
             help="DELETED, ALREADY_DELETED, SKIPPED_IN_USE, SKIPPED_METADATA_MISMATCH, "
-            "SKIPPED_NOT_PULSAR, DEAD_LETTERED, and in shadow WOULD_DELETE or WOULD_DEAD_LETTER."
+            "SKIPPED_NOT_PULSAR, SKIPPED_UNKNOWN_NAMESPACE, DEAD_LETTERED, and in shadow WOULD_DELETE or "
+            "WOULD_DEAD_LETTER."
         ),
     ] = None,
     topic: Annotated[str | None, typer.Option(help="Exact topic name, e.g. public/default/orders.")] = None,
@@ -561,7 +562,7 @@ def mount(app: typer.Typer) -> None:
     app.command(name="inflight")(inflight)
     app.command(name="pause")(pause)
     app.command(name="resume")(resume)
-    app.add_typer(dlq_app, name="dlq")
     from ledger_deletion.ops.audit import audit  # imports this module: bound here, not at the top
 
     app.command(name="audit")(audit)
+    app.add_typer(dlq_app, name="dlq")

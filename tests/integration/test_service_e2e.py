@@ -312,6 +312,8 @@ async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart
     locator, _ = zk.get(f"/schemas/{schema_id}")
     zk.create(f"{pulsar_root}/schemas/{schema_id}", locator, makepath=True)  # move it to Pulsar's store
     zk.delete(f"/schemas/{schema_id}")
+    # The namespace is Pulsar's: its topic's managed ledger is in Pulsar's store (knows_namespace).
+    zk.create(f"{pulsar_root}/managed-ledgers/e2e/ns-{run}/persistent/orders", b"", makepath=True)
     requests = {
         ledger_id: PendingDeleteLedgerInfo(
             schema_id, LedgerComponent.SCHEMA_STORAGE, LedgerType.LEDGER, ledger_id, schema_id=schema_id

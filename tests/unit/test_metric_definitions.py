@@ -40,12 +40,15 @@ def test_every_instrument_is_recorded_with_the_labels_it_declares() -> None:
     unregister = recorder.observe_pending_acks("pulsar", lambda: 3)
     recorder.inflight_estimated({"acme": 4}, backlog_measured=True)
     unregister_switch = recorder.observe_kill_switch("bookkeeper", lambda: True, lambda: 1.5)
+    recorder.shared_bookkeeper_evidence("other/ns")
+    unregister_tripwire = recorder.observe_tripwire(lambda: ("other/ns",))
     recorder.audited("DELETED", "acme/orders", "MANAGED_LEDGER", 4096)
     recorder.audit_batch_written()
 
     recorded = _recorded(reader)
     unregister()
     unregister_switch()
+    unregister_tripwire()
 
     declared = {instrument.name: {tuple(sorted(instrument.labels))} for instrument in INSTRUMENTS}
     assert recorded == declared

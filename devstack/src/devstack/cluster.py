@@ -130,8 +130,13 @@ class SimulatedCluster:
         bucket: str,
         ledgers_root: str = DEFAULT_LEDGERS_ROOT,
         region: str = "us-east-1",
+        metadata_root: str = "",
     ) -> None:
         self.zk = zk
+        # Where this cluster's own metadata store is (``/managed-ledgers``, ``/schemas``, ``/admin``): a
+        # ZooKeeper chroot of its own for a second cluster sharing the first one's BookKeeper (ledgers_root),
+        # as ``PulsarClusterMetadataSetup --existing-bk-metadata-service-uri`` sets one up.
+        self.metadata_root = metadata_root.rstrip("/")
         self.s3 = s3
         self.bucket = bucket
         self.ledgers_root = ledgers_root
@@ -366,7 +371,7 @@ class SimulatedCluster:
         With ``grow_only`` an existing entry is only ever raised to ``partitions``, never lowered.
         """
         *namespace, local = _topic(base).split("/")
-        path = f"/admin/partitioned-topics/{'/'.join(namespace)}/persistent/{local}"
+        path = f"{self.metadata_root}/admin/partitioned-topics/{'/'.join(namespace)}/persistent/{local}"
         if grow_only:
             try:
                 data, _ = self.zk.get(path)
@@ -439,7 +444,7 @@ class SimulatedCluster:
                 ),
             )
         locator.info.CopyFrom(entry)
-        self._put(f"/schemas/{schema_id}", serialize_schema_locator(locator))
+        self._put(f"{self.metadata_root}/schemas/{schema_id}", serialize_schema_locator(locator))
 
     def add_compacted_ledger(self, topic: str, ledger_id: int, *, metadata_version: int = 3) -> None:
         """Point the ``__compaction`` cursor at ``ledger_id`` (``CompactedTopicLedger``); write the ledger."""
@@ -659,9 +664,8 @@ class SimulatedCluster:
 
     # --- helpers -------------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _ml_path(name: str) -> str:
-        return f"/managed-ledgers/{managed_ledger_name(name)}"
+    def _ml_path(self, name: str) -> str:
+        return f"{self.metadata_root}/managed-ledgers/{managed_ledger_name(name)}"
 
     def _read_ml(self, name: str) -> ml_pb.ManagedLedgerInfo:
         """The topic's ManagedLedgerInfo; NoNodeError when the topic does not exist."""

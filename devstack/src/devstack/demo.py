@@ -69,6 +69,7 @@ STYLE = {
     Outcome.SKIPPED_IN_USE: "yellow",
     Outcome.SKIPPED_METADATA_MISMATCH: "yellow",
     Outcome.SKIPPED_NOT_PULSAR: "yellow",
+    Outcome.SKIPPED_UNKNOWN_NAMESPACE: "yellow",
     Outcome.DEAD_LETTERED: "red",
 }
 Results = dict[str, DeletionResult]  # by the live workflow id of the case's request
