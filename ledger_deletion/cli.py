@@ -7,6 +7,7 @@ import importlib.util
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -149,7 +150,8 @@ def submit(
                     errors.print(f"line {item.line_number}: {item.reason}")
                     continue
                 if publisher is not None:
-                    publisher.publish(item)
+                    # Who sent it, for the audit log's `source`; a file's own tag (reconcile's) stays.
+                    publisher.publish(replace(item, properties={"source": "submit", **item.properties}))
                 published += 1
         if publisher is not None:
             publisher.close()

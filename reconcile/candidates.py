@@ -40,7 +40,9 @@ from ledger_deletion.request import (
 
 __all__ = [
     "OFFLOAD_DRIVER",
+    "Decided",
     "Rejected",
+    "already_decided",
     "build_requests",
     "head_owners",
     "request_for_finding",
@@ -117,6 +119,36 @@ def build_requests(
             rejected.append(Rejected(row, str(exc)))
     requests.sort(key=lambda r: (r.ledger_type.value, r.ledger_id))
     return requests, rejected
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A candidate the service has decided before, as its audit log says (its latest live decision)."""
+
+    ledger_type: str
+    ledger_id: int
+    outcome: str
+    reason: str
+    decided_at: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "ledger_type": self.ledger_type,
+            "ledger_id": self.ledger_id,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "decided_at": self.decided_at,
+        }
+
+
+def already_decided(
+    requests: Iterable[PendingDeleteLedgerInfo], decided: Mapping[tuple[str, int], Decided]
+) -> list[Decided]:
+    """The candidates the audit log shows decided already, joined on (request type, ledger id): a ledger kept
+    on purpose (SKIPPED_*, DEAD_LETTERED) is still an orphan to the scan, and is requested again only with
+    the report saying how it was decided; one deleted and still found means it came back or the delete did
+    not take."""
+    return [d for r in requests if (d := decided.get((r.ledger_type.value, r.ledger_id))) is not None]
 
 
 def write_jsonl(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["reconcile", "run_from_settings"]
+if TYPE_CHECKING:
+    from ledger_deletion.settings import Settings
+    from reconcile.candidates import Decided
+
+__all__ = ["audit_decisions", "reconcile", "run_from_settings"]
 
 _LOOPBACK = ("http://127.0.0.1", "http://localhost")
 
@@ -78,6 +82,7 @@ def run_from_settings(
         tenant=tenant,
         master=master,
         resume=resume,
+        decided=audit_decisions(settings, console),
     )
     publish = None
     if submit:
@@ -94,6 +99,27 @@ def run_from_settings(
         console.print(f"[red]refused:[/red] {escape(str(exc))}")  # "[/chroot]" is no markup
         return 2
     return 1 if result.rejected else 0
+
+
+def audit_decisions(settings: Settings, console: Console) -> dict[tuple[str, int], Decided]:
+    """The service's latest live decision per ledger, from its audit log (none without an audit bucket):
+    what reconcile's report marks its candidates with. Unreadable, the report says so and goes on."""
+    from ledger_deletion.audit.reader import latest_by_ledger, read
+    from ledger_deletion.audit.store import AuditStore
+    from ledger_deletion.errors import LedgerDeletionError
+    from reconcile.candidates import Decided
+
+    if not settings.audit_bucket:
+        return {}
+    try:
+        records = [r for r in read(AuditStore.from_settings(settings)) if r.mode == "live"]
+    except LedgerDeletionError as exc:
+        console.print(f"[yellow]audit log not read, candidates not marked:[/yellow] {escape(str(exc))}")
+        return {}
+    return {
+        key: Decided(r.request_type, r.ledger_id, r.outcome, r.reason, str(r.decided_at or ""))
+        for key, r in latest_by_ledger(records).items()
+    }
 
 
 def reconcile(

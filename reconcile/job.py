@@ -37,7 +37,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +48,15 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from reconcile.candidates import Rejected, build_requests, head_owners, write_avro, write_jsonl
+from reconcile.candidates import (
+    Decided,
+    Rejected,
+    already_decided,
+    build_requests,
+    head_owners,
+    write_avro,
+    write_jsonl,
+)
 from reconcile.extract import (
     BK_LEDGER_IDS,
     BK_LEDGERS,
@@ -73,6 +82,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # Legacy-tagged ledgers listed by id, and offloads the service cannot prove the owner of listed by key, in
 # summary.json (findings.parquet has them all).
 LEGACY_LISTED = 1000
+DECIDED_LISTED = 1000  # candidates decided before, listed in summary.json with how
 UNPROVEN_LISTED = 1000
 # Why a report-only finding is not submitted, as the operator is told (reasons from reconcile.transform).
 REPORT_ONLY_WHY = {
@@ -143,6 +153,9 @@ class JobConfig:
     # of another writer (transform.shared_bookkeeper_evidence): the service's tripwire WINDOW
     # (ledger_deletion/tripwire.py: the 4-hour rollover plus 2 hours for a request to be decided).
     tripwire_window_seconds: float = 6 * 3600.0
+    # The service's latest live decision per (request type, ledger id), from its audit log
+    # (ledger_deletion/audit): the report marks each candidate decided before, and how.
+    decided: Mapping[tuple[str, int], Decided] = field(default_factory=dict)
 
 
 @dataclass
@@ -166,6 +179,7 @@ class JobResult:
     candidate_reasons: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Per namespace no store knows: its recently created ledgers (transform.shared_bookkeeper_evidence).
     shared_bookkeeper_evidence: list[dict[str, Any]] = field(default_factory=list)
+    decided: list[Decided] = field(default_factory=list)  # candidates the audit log shows decided before
     tripped: bool = False  # the tripwire was tripped (``none``, evidence, and a submitting run)
 
 
@@ -339,6 +353,7 @@ def run(
     # 3. outputs --------------------------------------------------------------------------------------
     with _stage(timings, "outputs"):
         requests, rejected = build_requests(candidate_rows)
+        decided = already_decided(requests, config.decided)
         write_jsonl(out / CANDIDATES_JSONL, requests)
         write_avro(out / CANDIDATES_AVRO, requests)
         render_chart(summary, out / REPORT_PNG)
@@ -351,6 +366,10 @@ def run(
                     "zookeeper_requests": extracted.zk_requests,
                     "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
                     "requests": len(requests),
+                    "already_decided": {
+                        "by_outcome": dict(sorted(Counter(d.outcome for d in decided).items())),
+                        "candidates": [d.as_json() for d in decided[:DECIDED_LISTED]],
+                    },
                     "candidate_reasons": {
                         reason: {"count": c, "bytes": b}
                         for reason, (c, b) in sorted(candidate_reasons.items())
@@ -401,6 +420,14 @@ def run(
             f"  offloads to check by hand: {keys}{more} "
             f"({SUMMARY_JSON} lists up to {UNPROVEN_LISTED} with their keys, {FINDINGS_PARQUET} has all)"
         )
+    if decided:
+        counts = ", ".join(f"{o} {n}" for o, n in sorted(Counter(d.outcome for d in decided).items()))
+        kept = [d for d in decided if d.outcome != "DELETED"][:10]
+        console.print(
+            f"[yellow]decided before (audit log):[/yellow] {len(decided)} candidates: {counts}"
+            + ("; kept: " + ", ".join(f"{d.ledger_id} {d.outcome}" for d in kept) if kept else "")
+            + f" ({SUMMARY_JSON} lists up to {DECIDED_LISTED} with the reasons)"
+        )
     for row in evidence:
         console.print(
             f"[yellow]namespace {escape(str(row['namespace']))} is known to no metadata store read[/yellow],"
@@ -421,6 +448,7 @@ def run(
         unproven_offloads=unproven_offloads,
         candidate_reasons=candidate_reasons,
         shared_bookkeeper_evidence=evidence,
+        decided=decided,
     )
 
     # 4. submit ---------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 from temporalio.client import Client
 
 from devstack.cluster import SimulatedCluster
@@ -29,6 +30,7 @@ from ledger_deletion.errors import ObjectStoreUnavailable
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
+from reconcile.cli import audit_decisions
 from tests.helpers import wait_for_result
 from workers.pools import RunningPools
 
@@ -162,6 +164,11 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     # The ingest's own dead letter (a payload that does not decode) has its record too.
     (garbage,) = [r for r in read(store, AuditQuery(outcome="DEAD_LETTERED")) if r.message_id == garbage_id]
     assert (garbage.failed_step, garbage.ledger_id) == ("decode", -1)
+
+    # Reconcile's report marks a candidate by the service's latest live decision for its ledger.
+    decided = audit_decisions(settings, Console(stderr=True))
+    assert decided[("LEDGER", ids[0])].outcome == "DELETED"
+    assert decided[("LEDGER", foreign_id)].outcome == "SKIPPED_NOT_PULSAR"
 
     # The operator's command: -o json carries each record's ledger id and outcome.
     env = {**os.environ, **stack.as_env(), "LEDGER_DELETION_AUDIT_PREFIX": settings.audit_prefix}

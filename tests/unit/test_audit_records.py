@@ -159,3 +159,14 @@ def test_the_summary_chart_is_a_png(tmp_path: Path) -> None:
     path = tmp_path / "audit.png"
     render_chart(summarize([_record(1), _record(2, at=NOW - timedelta(days=1))]), path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reconcile_marks_the_candidates_the_service_decided_before() -> None:
+    from reconcile.candidates import Decided, already_decided
+
+    decided = {
+        ("LEDGER", 7): Decided("LEDGER", 7, "SKIPPED_IN_USE", "still listed by its owner", "2026-11-27"),
+        ("OFFLOAD_LEDGER", 8): Decided("OFFLOAD_LEDGER", 8, "DELETED", "", "2026-11-27"),
+    }
+    candidates = [_request(7), _request(8), _request(9)]  # 8 is a BookKeeper ledger: its offload was decided
+    assert [(d.ledger_id, d.outcome) for d in already_decided(candidates, decided)] == [(7, "SKIPPED_IN_USE")]
