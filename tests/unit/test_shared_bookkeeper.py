@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+
 import pytest
 
+from ledger_deletion import tripwire
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.settings import (
     POOLS,
@@ -122,3 +128,60 @@ def test_reading_it_unset_is_refused() -> None:
 )
 def test_the_namespace_of_a_managed_ledger_or_schema(name: str, namespace: str | None) -> None:
     assert namespace_of(name) == namespace
+
+
+def _started(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real ``ledger-deletion`` process, with every endpoint set and the shared-BookKeeper answer not."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_DELETION_", "TEMPORAL_"))}
+    env.update(STACK)
+    return subprocess.run(
+        [sys.executable, "-c", "from ledger_deletion.cli import main; main()", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("worker", "--pool", "workflow"),
+        ("worker", "--pool", "bookkeeper"),
+        ("worker", "--pool", "offload"),
+        ("worker", "--pool", "all"),
+        ("watch",),
+        pytest.param(
+            ("reconcile", "--submit"),
+            marks=pytest.mark.skipif(
+                importlib.util.find_spec("pyspark") is None, reason="reconcile needs the spark extra"
+            ),
+        ),
+    ],
+)
+def test_every_process_that_deletes_or_requests_refuses_to_start_unset(command: tuple[str, ...]) -> None:
+    done = _started(*command)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: missing settings: {ENV} ("), done.stderr
+    assert "docs/deployment.md#shared-bookkeeper" in done.stderr
+
+
+def test_the_tripwires_window_and_evidence() -> None:
+    now = 1_800_000_000.0
+    window_ms = tripwire.WINDOW.total_seconds() * 1000
+    assert tripwire.WINDOW.total_seconds() == 6 * 3600  # the 4 h rollover defaults plus 2 h to decide
+    assert tripwire.is_evidence(now * 1000 - window_ms + 1000, now)
+    assert tripwire.is_evidence(now * 1000 + 60_000, now)  # a clock ahead of ours: recent
+    assert not tripwire.is_evidence(now * 1000 - window_ms - 1000, now)
+    evidence = tripwire.Evidence("t/ns", 42, int(now * 1000), "the watcher")
+    note = f"paused by x at y: another writer shares this BookKeeper: {evidence.describe()}"
+    assert tripwire.TripState(True, note).namespaces == ("t/ns",)
+    assert tripwire.TripState(False, note).namespaces == ()
+
+
+def test_the_embedded_stacks_env_says_none() -> None:
+    from devstack.stack import StackEndpoints, StackPorts
+
+    endpoints = StackEndpoints.for_ports(StackPorts())
+    assert endpoints.as_env()[ENV] == "none"
+    assert endpoints.settings().shared_bookkeeper.alone
