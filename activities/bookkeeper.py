@@ -161,6 +161,8 @@ class BookKeeperReadActivities:
             cursor, unreadable = self._stored(store, data, parse_managed_cursor_info, where)
             if cursor is None:
                 return unreadable, -1
+            if cursor.cursorsLedgerId < 0:
+                return self._inline_cursor_bound(store, name, where)
             if cursor.cursorsLedgerId != request.ledger_id:
                 return unreadable, cursor.cursorsLedgerId
             return (f"{where} stores it as its cursor ledger in {where_stored}", cursor.cursorsLedgerId)
@@ -175,6 +177,27 @@ class BookKeeperReadActivities:
         if entries and not all(_released(e) for e in entries):
             return f"{name} lists it in {where_stored}", newest
         return "", newest
+
+    def _inline_cursor_bound(self, store: PulsarMetadataStore, name: str, where: str) -> tuple[str, int]:
+        """The newer-than-listed bound of a cursor whose position is stored inline (``cursorsLedgerId`` -1):
+        its managed ledger's newest data ledger.
+
+        Such a cursor may be creating its ledger right now: ``ManagedCursorImpl.createNewMetadataLedger``
+        creates it (``asyncCreateLedger``), writes the position into it, and only then does
+        ``switchToNewLedger`` store its id in the cursor's record; until then the store says -1 and nothing
+        lists the new ledger. Ids only grow, so a ledger being created is newer than every data ledger the
+        managed ledger lists, and is kept as unsettled. An older cursor ledger is an orphan: the cursor went
+        inline when it was closed (``persistPositionWhenClosing``, whose ``asyncDeleteCursorLedger`` may have
+        failed) or its ledger's switch failed, and a topic load creates a newer data ledger
+        (``ManagedLedgerImpl.initialize``). A data rollover landing between the cursor ledger's creation and
+        its switch (seconds) is covered by the minimum age, after which the switch has landed or failed.
+        """
+        data = store.read_managed_ledger(name)
+        info, unreadable = self._stored(store, data, parse_managed_ledger_info, f"managed ledger {name}")
+        if info is None:
+            # An unreadable managed ledger may list anything; none at all leaves a cursor that cannot be.
+            return (f"{where}: {unreadable}" if unreadable else ""), -1
+        return "", max((e.ledgerId for e in info.ledgerInfo), default=-1)
 
     def _store_name(self, store: PulsarMetadataStore) -> str:
         if store is self._pulsar_metadata:
