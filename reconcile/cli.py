@@ -7,9 +7,11 @@ for every command.
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -17,11 +19,64 @@ from rich.markup import escape
 
 if TYPE_CHECKING:
     from ledger_deletion.settings import Settings
+    from ledger_deletion.tripwire import TripState
     from reconcile.candidates import Decided
 
-__all__ = ["audit_decisions", "reconcile", "run_from_settings"]
+__all__ = ["TemporalTripwire", "audit_decisions", "reconcile", "run_from_settings"]
 
 _LOOPBACK = ("http://127.0.0.1", "http://localhost")
+SEEN_BY = "ledger-deletion reconcile"
+
+
+class TemporalTripwire:
+    """:class:`reconcile.job.Tripwire` on the service's own shared-BookKeeper tripwire
+    (``ledger_deletion.tripwire``: the Temporal Schedule ``<prefix>-shared-bookkeeper-tripwire``, paused when
+    tripped), which the workflow pool, the watcher and reconcile all read and trip."""
+
+    def __init__(self, settings: Settings) -> None:
+        from ledger_deletion.tripwire import tripwire_id
+
+        self._settings = settings
+        self.id = tripwire_id(settings.task_queue_prefix)
+
+    def tripped(self) -> bool:
+        return self._run(self._read()).tripped
+
+    def trip(self, evidence: Sequence[dict[str, Any]]) -> None:
+        """One trip per namespace, with its newest ledger (``tripwire.trip`` logs one line per namespace)."""
+        self._run(self._trip(evidence))
+
+    def _run(self, work: Any) -> TripState:
+        from ledger_deletion.errors import TripwireStateUnknown
+
+        try:
+            state: TripState = asyncio.run(work)
+        except Exception as exc:
+            # Neither "tripped" nor "not tripped" may be assumed: the run stops before it submits.
+            raise TripwireStateUnknown(
+                f"the shared-BookKeeper tripwire {self.id} could not be read or tripped: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return state
+
+    async def _read(self) -> TripState:
+        from ledger_deletion import tripwire
+        from ledger_deletion.temporal_client import connect_temporal
+
+        return await tripwire.read(await connect_temporal(self._settings), self.id)
+
+    async def _trip(self, evidence: Sequence[dict[str, Any]]) -> TripState:
+        from ledger_deletion import tripwire
+        from ledger_deletion.temporal_client import connect_temporal
+
+        client = await connect_temporal(self._settings)
+        state = await tripwire.read(client, self.id)
+        for row in evidence:
+            seen = tripwire.Evidence(
+                str(row["namespace"]), int(row["newest_ledger_id"]), int(row["newest_created_ms"]), SEEN_BY
+            )
+            state = await tripwire.trip(client, self.id, seen, SEEN_BY)
+        return state
 
 
 def run_from_settings(
@@ -36,7 +91,7 @@ def run_from_settings(
     extra_buckets: tuple[str, ...] = (),
 ) -> int:
     from ledger_deletion.connections import zookeeper_digest, zookeeper_security
-    from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound
+    from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound, TripwireStateUnknown
     from ledger_deletion.settings import load_settings
     from reconcile.extract import ExtractConfig
     from reconcile.job import JobConfig, parse_duration, run
@@ -60,6 +115,16 @@ def run_from_settings(
     # Unset (a dry run only): no other store is read, and no ledger of a namespace ours does not know is a
     # candidate, as when stores are declared (JobConfig.bookkeeper_alone).
     shared = settings.shared_bookkeeper if settings.bookkeeper_shared_with else None
+    tripwire = None
+    if submit and shared is not None and shared.alone:
+        # `none`: the tripwire is read before, and tripped on evidence before, anything is submitted.
+        if not settings.temporal_address:
+            console.print(
+                "[red]refused:[/red] with LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none, --submit reads and "
+                "trips the shared-BookKeeper tripwire in Temporal: set TEMPORAL_ADDRESS"
+            )
+            return 2
+        tripwire = TemporalTripwire(settings)
     config = JobConfig(
         extract=ExtractConfig(
             zookeeper=settings.zookeeper,
@@ -92,8 +157,8 @@ def run_from_settings(
             return publish_requests(settings, requests, progress=True)  # type: ignore[arg-type]
 
     try:
-        result = run(config, console=console, publish=publish)
-    except (ConfigurationError, PulsarMetadataNotFound) as exc:
+        result = run(config, console=console, publish=publish, tripwire=tripwire)
+    except (ConfigurationError, PulsarMetadataNotFound, TripwireStateUnknown) as exc:
         # Settings that cannot give a true report (e.g. Pulsar's metadata read from the wrong store): the
         # job stopped before writing candidates or publishing; exit as for any other bad input.
         console.print(f"[red]refused:[/red] {escape(str(exc))}")  # "[/chroot]" is no markup

@@ -340,7 +340,10 @@ class _Planner:
     def orphan_data(self, *, long: bool = False, version: int = 3, state: str = "CLOSED") -> None:
         topic = self.rnd.choice(self.topics)
         ledger_id = self.ids.old_long() if long else self.ids.old()
-        self.ledger(ledger_id, managed_ledger_custom_metadata(topic.ml_name), state=state, version=version)
+        # A long id is newer than every (short) id the live topics list, so a live topic would keep it
+        # (newer-than-listed): it is a deleted topic's of the same namespace, whose metadata is gone.
+        ml_name = topic.ml_name.rsplit("/", 1)[0] + f"/gone-{ledger_id}" if long else topic.ml_name
+        self.ledger(ledger_id, managed_ledger_custom_metadata(ml_name), state=state, version=version)
         self.plan.truth.bk_candidates[ledger_id] = "MANAGED_LEDGER"
         if state == "OPEN":
             self.plan.open_orphans.append(ledger_id)

@@ -48,6 +48,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ledger_deletion.tripwire import WINDOW as TRIPWIRE_WINDOW
 from reconcile.candidates import (
     Decided,
     Rejected,
@@ -150,9 +151,9 @@ class JobConfig:
     # stores declared, no ledger of a namespace no store knows is a candidate.
     bookkeeper_alone: bool | None = None
     # With ``none``: a ledger of an unknown namespace created within this window before ``now`` is evidence
-    # of another writer (transform.shared_bookkeeper_evidence): the service's tripwire WINDOW
-    # (ledger_deletion/tripwire.py: the 4-hour rollover plus 2 hours for a request to be decided).
-    tripwire_window_seconds: float = 6 * 3600.0
+    # of another writer (transform.shared_bookkeeper_evidence): the service's tripwire.WINDOW (the 4-hour
+    # rollover plus 2 hours for a request to be decided), so reconcile and the service agree.
+    tripwire_window_seconds: float = TRIPWIRE_WINDOW.total_seconds()
     # The service's latest live decision per (request type, ledger id), from its audit log
     # (ledger_deletion/audit): the report marks each candidate decided before, and how.
     decided: Mapping[tuple[str, int], Decided] = field(default_factory=dict)

@@ -30,6 +30,9 @@ Safety rules, in order (the first that applies is the reason):
    ledgers, LastModified for objects;
 5. a ledger that is not CLOSED and whose znode changed at or after the cut-off (still being written).
 
+After the report-only reasons, a BK ledger newer than what its owner lists in every store that lists it is
+``excluded`` (:data:`NEWER_THAN_LISTED_REASON`, :func:`newest_listed`).
+
 The references are those of every Pulsar metadata store read (ours and the other clusters' sharing this
 BookKeeper): listed in any keeps a ledger. Then :func:`unknown_namespaces` makes the candidates of a namespace
 no store knows report-only (with other stores declared always, with ``none`` only when
@@ -62,6 +65,7 @@ __all__ = [
     "LEGACY_TAGS_REASON",
     "NAMESPACES_SCHEMA",
     "NAMESPACE_UNKNOWN_REASON",
+    "NEWER_THAN_LISTED_REASON",
     "SHARED_BOOKKEEPER_REASON",
     "OBJECTS_CONFLICT_REASON",
     "OBJECTS_UNTAGGED_REASON",
@@ -85,6 +89,7 @@ __all__ = [
     "unknown_namespaces",
     "summarize",
     "unreadable_owners",
+    "newest_listed",
 ]
 
 BK_LEDGERS_SCHEMA = StructType(
@@ -217,6 +222,13 @@ OFFLOADED_TAGS_MISMATCH_REASON = "offloaded-ledger-tags-mismatch"
 # writer shares the BookKeeper (shared_bookkeeper_evidence); then no ledger of any unknown namespace is
 # submitted (SHARED_BOOKKEEPER_REASON), and without evidence such ledgers are orphans of a namespace deleted
 # half-way, candidates like any other.
+# A ledger newer than what its owner lists (data: the managed ledger's list; cursor: the cursor's stored
+# ledger; schema: the locator) in a store that lists the owner, bounded by the lowest such store's: the
+# service's own rule (workflows/ledger_deletion.py ``_unsettled``, activities/bookkeeper.py ``_bound``). A
+# broker creates a ledger before it stores the list naming it (ManagedLedgerImpl.createComplete ->
+# updateLedgersListAfterRollover), and a geo-replicated topic's ledger may be any of its clusters' being
+# created; the service keeps such a request and dead-letters it, so it is no candidate here.
+NEWER_THAN_LISTED_REASON = "newer-than-listed"
 NAMESPACE_UNKNOWN_REASON = "namespace-unknown"
 SHARED_BOOKKEEPER_REASON = "namespace-unknown-bookkeeper-shared"
 _ML_NAMESPACE_V2 = r"^([^/]+/[^/]+)/persistent/"
@@ -376,6 +388,36 @@ def _of_ids(df: DataFrame, ids: DataFrame) -> DataFrame:
     return df.join(F.broadcast(ids.select("ledger_id").distinct()), "ledger_id", "left_semi")
 
 
+def newest_listed(references: DataFrame, owners: DataFrame) -> DataFrame:
+    """The bound of "newer than listed" of each owner in ``owners`` (``owner``: managed ledger or schema id)
+    that some store lists: ``_nl_component`` (data|cursor|schema), ``_nl_owner``, ``_nl_cursor`` (null but
+    for cursors) and ``_newest_listed``: per store the newest id its record lists (the managed ledger's whole
+    list, released copies too; the cursor's stored ledger; the locator's ledgers), then the lowest of those
+    stores. Two aggregations over the references of these owners only (a broadcast semi-join)."""
+    kind = F.col("kind")
+    component = (
+        F.when(kind.isin("data", OFFLOADED_BK_DELETED), "data")
+        .when(kind == "cursor", "cursor")
+        .when(kind == "schema", "schema")
+    )
+    refs = references.join(F.broadcast(owners.select("owner").distinct()), "owner", "left_semi")
+    per_store = (
+        refs.where(component.isNotNull() & (F.col("ledger_id") >= 0))
+        .select(
+            component.alias("_nl_component"),
+            F.col("owner").alias("_nl_owner"),
+            F.when(kind == "cursor", F.col("cursor_name")).alias("_nl_cursor"),
+            "store",
+            "ledger_id",
+        )
+        .groupBy("_nl_component", "_nl_owner", "_nl_cursor", "store")
+        .agg(F.max("ledger_id").alias("_store_newest"))
+    )
+    return per_store.groupBy("_nl_component", "_nl_owner", "_nl_cursor").agg(
+        F.min("_store_newest").alias("_newest_listed")
+    )
+
+
 def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int) -> DataFrame:
     """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
     refs, ctxs = _of_ids(references, bk), _of_ids(contexts, bk)
@@ -395,6 +437,14 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
     )
     owner_key = F.coalesce(F.col("managed_ledger"), F.col("schema_id"))
     df = df.join(bad_owners, owner_key == F.col("_bad_owner"), "left")
+    bounds = newest_listed(references, df.select(owner_key.alias("owner")).where(F.col("owner").isNotNull()))
+    df = df.join(
+        bounds,
+        (F.col("component") == F.col("_nl_component"))
+        & (owner_key == F.col("_nl_owner"))
+        & F.when(F.col("component") == "cursor", F.col("cursor_name")).eqNullSafe(F.col("_nl_cursor")),
+        "left",
+    )
     created = F.greatest(F.col("ctime_ms"), F.coalesce(F.col("md_ctime_ms"), F.col("ctime_ms")))
     app = F.col("application")
     component = F.col("component")
@@ -415,6 +465,7 @@ def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cu
             # Before the compacted rule: even with a compacted request type the service would refuse these.
             (F.col("legacy_tags"), LEGACY_TAGS_REASON),
             (component == "compacted", "compacted-ledger-has-no-request-type"),
+            (F.col("ledger_id") > F.col("_newest_listed"), NEWER_THAN_LISTED_REASON),
         ],
         F.when(is_released, F.lit(BK_COPY_OF_OFFLOADED_REASON)).otherwise(F.lit(None).cast(StringType())),
     )

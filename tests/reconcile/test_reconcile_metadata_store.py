@@ -126,7 +126,10 @@ def _write_pulsar_metadata(hosts: str, ids: PulsarLedgers) -> None:
 
 
 def _ledgers(new_ledger_id: Callable[[], int]) -> PulsarLedgers:
-    return PulsarLedgers(new_ledger_id(), new_ledger_id(), new_ledger_id(), new_ledger_id())
+    # The orphan first: a ledger trimmed away is older than what its topic lists (a newer one would be kept
+    # as newer than listed).
+    orphan = new_ledger_id()
+    return PulsarLedgers(new_ledger_id(), new_ledger_id(), new_ledger_id(), orphan)
 
 
 def _job(extract: ExtractConfig, out: Path) -> JobConfig:

@@ -165,7 +165,9 @@ def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never
     chroot = f"/reconcile-order-{uuid.uuid4().hex[:10]}"
     zk.ensure_path(chroot)
     ml_name = "public/default/persistent/orders"
-    in_use, listed_then_used, orphan, created = (new_ledger_id() for _ in range(4))
+    # Below ``in_use``: ledgers newer than everything listed are kept anyway (newer-than-listed), which would
+    # hide the order this test is about.
+    orphan, listed_then_used, in_use, created = (new_ledger_id() for _ in range(4))
     client = KazooClient(hosts=stack.zookeeper + chroot)
     client.start()
     try:

@@ -9,16 +9,19 @@ store can say which ledgers are B's.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from temporalio.service import RPCError
 
 from ledger_deletion.errors import PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import (
@@ -36,6 +39,11 @@ from ledger_deletion.formats.managed_ledger import (
     serialize_managed_ledger_info,
     serialize_schema_locator,
 )
+from ledger_deletion.settings import Settings
+from ledger_deletion.temporal_client import connect_temporal
+from ledger_deletion.tripwire import TripState
+from ledger_deletion.tripwire import read as read_tripwire
+from reconcile.cli import SEEN_BY, TemporalTripwire
 from reconcile.extract import NAMESPACES, REFERENCES, ExtractConfig
 from reconcile.job import FINDINGS_PARQUET, SUMMARY_JSON, JobConfig, run
 
@@ -45,6 +53,7 @@ GEO_ML = "public/geo/persistent/orders"  # replicated: the same managed-ledger n
 GEO_SCHEMA = "public/geo/orders"
 B_ONLY_ML = "bravo/private/persistent/audit"  # a namespace only B has
 GHOST_ML = "ghost/gone/persistent/t"  # a namespace no declared store has
+A_ML = "public/geo/persistent/local"  # a topic of A's alone
 SHARED = "namespace-unknown-bookkeeper-shared"
 
 
@@ -123,35 +132,43 @@ def clusters(stack: Any, zk: Any, tops: Callable[[str], str], new_ledger_id: Cal
     store_a, store_b = stack.zookeeper + tops("pulsar-a"), stack.zookeeper + tops("pulsar-b")
     b_geo, b_cursor, b_schema, b_private = (new_ledger_id() for _ in range(4))
     ghost = new_ledger_id()
-    a_data, a_orphan = new_ledger_id(), new_ledger_id()
+    a_orphan, a_data, a_local = new_ledger_id(), new_ledger_id(), new_ledger_id()
     _ledger(zk, root, b_geo, managed_ledger_custom_metadata(GEO_ML))
     _ledger(zk, root, b_cursor, cursor_custom_metadata(GEO_ML, "sub"))
     _ledger(zk, root, b_schema, schema_custom_metadata(GEO_SCHEMA))
     _ledger(zk, root, b_private, managed_ledger_custom_metadata(B_ONLY_ML))
     _ledger(zk, root, ghost, managed_ledger_custom_metadata(GHOST_ML))
     _ledger(zk, root, a_data, managed_ledger_custom_metadata(GEO_ML))
-    # A's orphan: tagged with the managed ledger A lists too (a trimmed ledger whose delete failed).
-    _ledger(zk, root, a_orphan, managed_ledger_custom_metadata(GEO_ML))
+    _ledger(zk, root, a_local, managed_ledger_custom_metadata(A_ML))
+    # A's orphan: trimmed from its topic's list, older than the ledger it lists now, its delete failed.
+    _ledger(zk, root, a_orphan, managed_ledger_custom_metadata(A_ML))
     _topic(store_b, GEO_ML, [b_geo], cursor=b_cursor)
     _schema(store_b, GEO_SCHEMA, b_schema)
     _topic(store_b, B_ONLY_ML, [b_private])
     _topic(store_a, GEO_ML, [a_data])
+    _topic(store_a, A_ML, [a_local])
     return Clusters(root, store_a, store_b, a_data, a_orphan, (b_geo, b_cursor, b_schema, b_private), ghost)
 
 
-@dataclass
-class RecordedTripwire:
-    """The job's view of the service's tripwire (reconcile.job.Tripwire), recording what it is told."""
+@pytest.fixture
+def tripwire(settings: Settings) -> Iterator[TemporalTripwire]:
+    """The service's shared-BookKeeper tripwire (a Temporal Schedule) of a deployment of this test's own."""
+    wire = TemporalTripwire(settings.model_copy(update={"task_queue_prefix": f"rc-{uuid.uuid4().hex[:8]}"}))
+    yield wire
 
-    state: bool = False
-    trips: list[Sequence[dict[str, Any]]] = field(default_factory=list)
+    async def remove() -> None:
+        client = await connect_temporal(settings)
+        with contextlib.suppress(RPCError):  # never created: nothing tripped it
+            await client.get_schedule_handle(wire.id).delete()
 
-    def tripped(self) -> bool:
-        return self.state
+    asyncio.run(remove())
 
-    def trip(self, evidence: Sequence[dict[str, Any]]) -> None:
-        self.trips.append(evidence)
-        self.state = True
+
+def _trip_state(settings: Settings, wire: TemporalTripwire) -> TripState:
+    async def read() -> TripState:
+        return await read_tripwire(await connect_temporal(settings), wire.id)
+
+    return asyncio.run(read())
 
 
 def _findings(spark: Any, out: Path) -> dict[int, tuple[str, str | None]]:
@@ -208,7 +225,9 @@ def test_none_with_a_recent_unknown_namespace_ledger_trips_and_submits_none_of_t
     spark: Any,
     s3: Any,
     zk: Any,
+    settings: Settings,
     clusters: Clusters,
+    tripwire: TemporalTripwire,
     new_ledger_id: Callable[[], int],
     tmp_path: Path,
 ) -> None:
@@ -236,7 +255,6 @@ def test_none_with_a_recent_unknown_namespace_ledger_trips_and_submits_none_of_t
         tripwire_window_seconds=window_seconds,
     )
     published: list[Any] = []
-    tripwire = RecordedTripwire()
 
     def publish(requests: Sequence[Any]) -> int:
         published.extend(requests)
@@ -250,10 +268,13 @@ def test_none_with_a_recent_unknown_namespace_ledger_trips_and_submits_none_of_t
     assert clusters.a_orphan in submitted
     findings = _findings(spark, tmp_path)
     assert findings[private] == findings[clusters.ghost] == findings[recent] == ("report-only", SHARED)
-    assert result.tripped and len(tripwire.trips) == 1
-    [evidence] = tripwire.trips[0]
+    assert result.tripped
+    [evidence] = result.shared_bookkeeper_evidence
     assert evidence["namespace"] == "bravo/private"
     assert (evidence["ledgers"], evidence["newest_ledger_id"]) == (1, recent)
+    state = _trip_state(settings, tripwire)
+    assert state.tripped and state.namespaces == ("bravo/private",)
+    assert f"ledger {recent} " in state.note and SEEN_BY in state.note
     summary = json.loads((tmp_path / SUMMARY_JSON).read_text())
     assert summary["shared_bookkeeper"]["evidence"][0]["namespace"] == "bravo/private"
     assert summary["report_only"][SHARED]["count"] == 3
@@ -261,7 +282,7 @@ def test_none_with_a_recent_unknown_namespace_ledger_trips_and_submits_none_of_t
 
 @pytest.mark.spark
 def test_none_while_tripped_submits_no_unknown_namespace_ledger(
-    stack: Any, spark: Any, s3: Any, clusters: Clusters, tmp_path: Path
+    stack: Any, spark: Any, s3: Any, clusters: Clusters, tripwire: TemporalTripwire, tmp_path: Path
 ) -> None:
     """``none``, no recent ledger of an unknown namespace in this run, but the tripwire was tripped before
     (by the watcher, the workflow pool, an earlier run) and not cleared: the unknown namespaces' old
@@ -282,7 +303,8 @@ def test_none_while_tripped_submits_no_unknown_namespace_ledger(
         bookkeeper_alone=True,
         tripwire_window_seconds=0.5,  # the fixture's ledgers are older than that: no evidence
     )
-    tripwire = RecordedTripwire(state=True)
+    # An earlier run (or the watcher, the workflow pool) tripped it, and nobody cleared it.
+    tripwire.trip([{"namespace": "bravo/private", "newest_ledger_id": 1, "newest_created_ms": 0}])
     published: list[Any] = []
 
     def publish(requests: Sequence[Any]) -> int:
@@ -294,7 +316,7 @@ def test_none_while_tripped_submits_no_unknown_namespace_ledger(
     unknown = {clusters.b_ledgers[3], clusters.ghost}
     submitted = {r.ledger_id for r in published}
     assert not submitted & unknown and clusters.a_orphan in submitted
-    assert result.shared_bookkeeper_evidence == [] and tripwire.trips == []
+    assert result.shared_bookkeeper_evidence == [] and not result.tripped
     findings = _findings(spark, tmp_path)
     assert {findings[i] for i in unknown} == {("report-only", SHARED)}
 

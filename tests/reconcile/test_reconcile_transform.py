@@ -22,6 +22,7 @@ ML = "public/default/persistent/orders-partition-1"
 UUID_A = "3f2a8c1e-9b7d-4e21-a5c3-0d9e8f7a6b5c"
 UUID_B = "11111111-2222-4333-8444-555555555555"
 UUID_C = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee"
+SCHEMA = "public/default/orders"
 
 
 def ledger(ledger_id: int, custom: dict[str, str] | None, **over: Any) -> dict[str, Any]:
@@ -106,6 +107,7 @@ def test_bk_findings_classify_and_apply_every_safety_rule(spark: Any) -> None:
         ],
         refs=[
             (1, "data", ML, None),
+            (99, "data", ML, None),  # its current ledger: the orphans are older
             (2, "cursor", "other/ns/persistent/t", "s"),
             (-1, "unreadable", "public/default/persistent/broken", None),
         ],
@@ -437,6 +439,7 @@ def test_bk_copy_of_offloaded_ledger_marked_bk_deleted_is_a_candidate(spark: Any
             (77, "offloaded-bk-deleted", ML, None),
             (78, "offloaded-bk-deleted", "public/default/persistent/broken", None),
             (-1, "unreadable", "public/default/persistent/broken", None),
+            (80, "data", ML, None),  # its current ledger: 79 is older
         ],
         ctxs=[
             (70, UUID_A, "ledger", ML, "b", True),
@@ -551,13 +554,30 @@ def _findings_of(spark: Any, bk: list[dict[str, Any]], refs: Sequence[tuple[Any,
 
 def test_a_ledger_listed_in_any_store_is_kept(spark: Any) -> None:
     """The anti-join runs against the references of every store: the other cluster's listing keeps its
-    ledger of the same (geo-replicated) managed-ledger name, though ours lists only a newer one."""
+    ledger of the same (geo-replicated) managed-ledger name. "Newer than listed" is bounded by the lowest
+    store's newest: 10 is above what B lists, so B may be creating it (the service's ``_bound``)."""
+    b = "zk-b:2181/pulsar-b"
     findings = _findings_of(
         spark,
-        [ledger(5, data_tags()), ledger(9, data_tags()), ledger(10, data_tags())],
-        refs=[(9, "data", ML, None, "ours"), (5, "data", ML, None, "zk-b:2181/pulsar-b")],
+        [ledger(i, data_tags()) for i in (3, 5, 9, 10)]
+        + [ledger(i, {**data_tags(), "pulsar/cursor": "s"}) for i in (20, 22, 24)]
+        + [ledger(31, {"application": "pulsar", "component": "schema", "pulsar/schemaId": SCHEMA})],
+        refs=[
+            (9, "data", ML, None, "ours"),
+            (5, "data", ML, None, b),
+            (23, "cursor", ML, "s", "ours"),
+            (23, "cursor", ML, "s", b),
+            (30, "schema", SCHEMA, None, "ours"),
+        ],
     )
-    assert by_id(findings) == {10: ("candidate", None)}
+    assert by_id(findings) == {
+        3: ("candidate", None),
+        10: ("excluded", T.NEWER_THAN_LISTED_REASON),
+        20: ("candidate", None),
+        22: ("candidate", None),
+        24: ("excluded", T.NEWER_THAN_LISTED_REASON),  # newer than the cursor's stored ledger
+        31: ("excluded", T.NEWER_THAN_LISTED_REASON),  # newer than the locator's
+    }
 
 
 def test_unknown_namespaces_are_report_only_with_the_reason(spark: Any) -> None:
