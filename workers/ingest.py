@@ -141,6 +141,7 @@ class Ingestor:
     worker: str = ""
     # Dead letters whose record is not durable yet: the sweeper writes it before it retries their ack.
     _unrecorded: dict[str, AuditRecord] = field(default_factory=dict)
+    _recoveries: set[asyncio.Task[None]] = field(default_factory=set)  # _record_lost_ack under way
 
     async def run(self, stop: asyncio.Event) -> None:
         """Receive until ``stop`` is set; hand-offs in flight finish before returning."""
@@ -459,7 +460,7 @@ class Ingestor:
             )
             notes += [note for note in ack.audit if note.message_id == key]
         if not notes:
-            log.warning("sweep: no audit note for %s in %s (run %s)", key, workflow_id, run_id)
+            log.info("audit: no note for %s in %s (run %s)", key, workflow_id, run_id)
             return
         record = from_note(
             notes[-1],
@@ -517,7 +518,31 @@ class Ingestor:
             return await self._join(self._workflow_id(request), replace(ref, request=request))
         # Set by the SDK on the handle when the first workflow task came back in the reply.
         self.stats.started_eagerly += bool(getattr(handle, "__temporal_eagerly_started", False))
+        if ref.redelivery_count and self.audit is not None:
+            recovery = asyncio.create_task(
+                self._record_lost_ack(handle.id, handle.result_run_id, ref.message_id)
+            )
+            self._recoveries.add(recovery)
+            recovery.add_done_callback(self._recoveries.discard)
         return True
+
+    async def _record_lost_ack(self, workflow_id: str, new_run: str | None, key: str) -> None:
+        """A redelivered message started a new run: the run before it may have decided the request and lost
+        its ack with the process that held the message (which then wrote no record). Its decision, a
+        deletion as often as not, is in the ack it scheduled; recorded here, the new run's own decision
+        (usually ALREADY_DELETED) is not the only trace. A record the old process did write is written
+        again under the same id, which readers keep once."""
+        try:
+            runs = [
+                execution
+                async for execution in self.temporal.list_workflows(f'WorkflowId = "{workflow_id}"', limit=20)
+                if execution.run_id != new_run and execution.status != WorkflowExecutionStatus.RUNNING
+            ]
+            if runs:
+                latest = max(runs, key=lambda execution: execution.start_time)
+                await self._record_from_history(key, workflow_id, latest.run_id)
+        except Exception:  # the new run records its own decision whatever happens here
+            log.exception("audit: the previous run of %s not read for %s", workflow_id, key)
 
     async def _join(self, workflow_id: str, ref: MessageRef) -> bool:
         """Signal the message to the running run; False if no run is running any more."""

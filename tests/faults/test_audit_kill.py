@@ -102,3 +102,50 @@ async def _until_ack_scheduled(client: Client, workflow_id: str, timeout: float 
             return
         await asyncio.sleep(0.3)
     raise AssertionError(f"{workflow_id} scheduled no ack within {timeout} s")
+
+
+async def test_a_deletion_whose_ack_was_lost_is_recorded_by_the_process_that_gets_the_message(
+    fault_client: Client, fault_settings: Settings, fault_stack: Stack, cluster: SimulatedCluster
+) -> None:
+    """As above, but the run gives its ack up before the pool is back (the fault settings' 4 s to start):
+    it completes with the message unacked, and the redelivered message starts a new run, which finds the
+    ledger gone. The restarted process reads the ack the first run scheduled and records its deletion too:
+    the log says who deleted the ledger, not only that it was gone."""
+    settings = fault_settings.with_overrides(audit_prefix=f"fault-{uuid.uuid4().hex[:8]}/audit")
+    topic = f"fault/audit-lost-{time.monotonic_ns()}/t"
+    ids = cluster.new_ledger_ids(2)
+    cluster.create_topic(topic, ids)
+    (request,) = cluster.requests_for_trim(topic, ids[:1])
+    async with started_pools(settings, fault_stack, log_name=f"{settings.task_queue_prefix}-lost") as pools:
+        with RequestPublisher(settings) as publisher:
+            publisher.publish(request)
+        handle = fault_client.get_workflow_handle(request.workflow_id)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                first_run = (await handle.describe()).run_id
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"{request.workflow_id} never started"
+                await asyncio.sleep(0.2)
+        pools.kill9("pulsar")
+        cluster.remove_ledgers_from_metadata(topic, ids[:1])
+        first = await latest_result(fault_client, request.workflow_id, 120)
+        assert (first.outcome, first.messages_acked, first.messages_unacked) == (Outcome.DELETED, 0, 1)
+        await asyncio.to_thread(pools.restart, "pulsar")
+        deadline = time.monotonic() + 120
+        while (await handle.describe()).run_id == first_run:  # the redelivered message's run
+            assert time.monotonic() < deadline, "the redelivered message started no run"
+            await asyncio.sleep(0.5)
+        second = await latest_result(fault_client, request.workflow_id, 120)
+        assert second.outcome is Outcome.ALREADY_DELETED
+        store = AuditStore.from_settings(settings)
+        deadline = time.monotonic() + 30
+        while len(records := read(store)) < 2:  # the first run's record is written beside the new run
+            assert time.monotonic() < deadline, records
+            await asyncio.sleep(0.5)
+    assert sorted((r.outcome, r.run_id == first_run) for r in records) == [
+        ("ALREADY_DELETED", False),
+        ("DELETED", True),
+    ]
+    assert {r.ledger_id for r in records} == {ids[0]}
