@@ -53,7 +53,7 @@ from ledger_deletion.audit.store import AuditStore
 from ledger_deletion.audit.writer import AuditWriter
 from ledger_deletion.contracts import Mode
 from ledger_deletion.errors import ConfigurationError, MetadataStoreUnavailable
-from ledger_deletion.observability import metrics, redaction
+from ledger_deletion.observability import metrics, readiness, redaction
 from ledger_deletion.ops import inflight
 from ledger_deletion.policy import deletion_policy, describe_policy
 from ledger_deletion.settings import POOLS, Settings
@@ -265,6 +265,15 @@ async def run_pools(
                 inflight_gauge = asyncio.create_task(
                     inflight.report_forever(temporal, settings, stop, settings.inflight_metric_seconds)
                 )
+        ready = readiness.current()
+        checked = {"temporal": functools.partial(_temporal_serving, temporal)}
+        if running.ingestor is not None:
+            checked["pulsar"] = functools.partial(_consumer_connected, running.ingestor)
+        for name, check in checked.items():
+            ready.add(name, check)
+            stack.callback(ready.discard, name)
+        ready_stop = asyncio.Event()  # not ``stop``: the pools also end when a worker fails
+        ready_task = asyncio.create_task(ready.run(ready_stop))
         log.info("pools %s running (ack queue %s)", sorted(wanted), running.ack_queue or "-")
         if started is not None and not started.done():
             started.set_result(running)
@@ -284,11 +293,24 @@ async def run_pools(
             await sweeper
         if inflight_gauge is not None:
             await inflight_gauge
+        ready_stop.set()
+        await ready_task
         await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
         for task in worker_tasks:
             if task.done() and not task.cancelled() and task.exception():
                 log.error("worker failed: %s", task.exception())
     log.info("pools %s stopped", sorted(wanted))
+
+
+async def _temporal_serving(client: Client) -> str:
+    """Readiness: does the Temporal frontend answer its gRPC health check? (Every pool polls through it.)"""
+    return "" if await client.service_client.check_health() else "Temporal's frontend reports NOT_SERVING"
+
+
+async def _consumer_connected(ingestor: Ingestor) -> str:
+    """Readiness: is the pulsar pool's consumer (the current one: the ingest re-subscribes) on a broker?"""
+    connected = await asyncio.to_thread(ingestor.consumer.is_connected)
+    return "" if connected else "the deletion topics' consumer is not connected to a broker"
 
 
 def _read_only_checks(

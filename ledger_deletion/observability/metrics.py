@@ -418,13 +418,15 @@ def install(port: int, host: str = "0.0.0.0") -> Metrics:
     """
     global _current, _port
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
-    from prometheus_client import start_http_server
+
+    from ledger_deletion.observability import readiness
 
     with _lock:
         if _port is not None and _current is not None:
             return _current
         try:
-            server, _ = start_http_server(port, addr=host)
+            # /metrics, and /ready beside it for the readiness probe (readiness.py).
+            server, _ = readiness.start_server(port, host)
         except OSError as exc:
             raise ConfigurationError(port_in_use("LEDGER_DELETION_METRICS_PORT", host, port, exc)) from None
         reader = PrometheusMetricReader(disable_target_info=True)

@@ -228,8 +228,11 @@ def test_every_pool_runs_its_pool_with_probes_on_its_metrics_port(overlay: str) 
         assert container["args"] == ["worker", "--pool", pool]
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {"metrics": configured.metrics_port, "sdk-metrics": configured.temporal_metrics_port}
-        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        for probe in ("startupProbe", "livenessProbe"):
             assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}, (pool, probe)
+        # Ready only while connected to Temporal (and, for the pulsar pool, Pulsar): readiness.py's /ready,
+        # which tests/integration/test_readiness_process.py shows turning 503 when Temporal is cut off.
+        assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "metrics"}, pool
         # The pulsar pool acks what it holds before it exits.
         assert spec["terminationGracePeriodSeconds"] > configured.shutdown_grace_seconds
         assert container["envFrom"][0]["configMapRef"]["name"].startswith("ledger-deletion-settings")
