@@ -35,6 +35,9 @@ class Outcome(StrEnum):
     # A ledger of a namespace no Pulsar metadata store sharing this BookKeeper has (or, with
     # LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none, while the tripwire is tripped): another cluster's, kept.
     SKIPPED_UNKNOWN_NAMESPACE = "SKIPPED_UNKNOWN_NAMESPACE"
+    # A data ledger a broker left OPEN when it died mid-rollover, which nothing will close: reported (the
+    # reason says how to recover and close it), not deleted and not re-queued without end.
+    SKIPPED_LEFT_OPEN = "SKIPPED_LEFT_OPEN"
     DEAD_LETTERED = "DEAD_LETTERED"
     # Shadow runs only: what a live run would have reached where it changes something. The other outcomes
     # mean the same in both modes (nothing is touched for them).

@@ -132,6 +132,17 @@ _STILL_OPEN = (
     "Pulsar trims only closed ledgers (the current one never), so an open data ledger is being written or "
     "was left open by a writer that died mid-rollover; replay it once it is closed or listed nowhere"
 )
+# Rollover closes the current ledger before it creates the next (ManagedLedgerImpl.rollCurrentLedgerIfFull ->
+# ledgerClosed -> createLedgerAfterClosed), and a topic load recovers only the last ledger its list names
+# (ManagedLedgerImpl.initialize): an OPEN data ledger older than the newest listed one, listed nowhere, is one
+# a broker left when it died mid-rollover, and nothing will ever close it. Re-queueing it would be endless.
+_LEFT_OPEN = (
+    "a broker left it OPEN when it died mid-rollover (it is older than the newest listed ledger, and a topic "
+    "load recovers only the last listed one), so nothing will close it; to have it deleted, recover and "
+    "close it with `bin/bookkeeper shell readledger --ledgerid {ledger} --force-recovery --firstentryid 0 "
+    "--lastentryid 0` (an open with recovery closes it), check that `bin/bookkeeper shell ledgermetadata "
+    "--ledgerid {ledger}` says CLOSED, then request it again (reconcile and the watcher's resync find it)"
+)
 _NEWER_THAN_LISTED = (
     "a rollover, a cursor switch or a schema write creates its ledger before it writes the store, and "
     "PIP-186's own consumer defers ids above the highest in use; replay it once the store lists it or a "
@@ -146,6 +157,9 @@ class _Kept:
     where: str
     resent: bool  # the owner itself still uses it: it trims it later and sends a new request
     replay_when: str = ""  # not resent: why the request is kept (dead-lettered) rather than acked
+    # Not resent and nothing will change it: reported with this outcome past the grace, acked (the reason
+    # in ``replay_when`` says what an operator does).
+    report_as: Outcome | None = None
     owner: str = ""  # the owner broker's URL when it is the broker that still uses the ledger
 
 
@@ -596,6 +610,8 @@ class LedgerDeletionWorkflow:
                 where = f"{kept.where} after {check + 1} checks"
                 if kept.resent:
                     raise _Finished(Outcome.SKIPPED_IN_USE, where)
+                if kept.report_as is not None:
+                    raise _Finished(kept.report_as, f"{where}: {kept.replay_when}")
                 self._step = Step.WAIT_IN_USE
                 raise ApplicationError(
                     f"{where}: {kept.replay_when}", type=KEPT_FOR_REPLAY, non_retryable=True
@@ -923,7 +939,16 @@ def _unsettled(req: PendingDeleteLedgerInfo, verified: VerifyBkMetadataResult) -
     """A BookKeeper ledger not yet settled enough to delete: a data ledger still open, or a ledger newer than
     everything its owner lists in Pulsar's metadata store. (A cursor ledger is deleted open by Pulsar itself:
     ManagedCursorImpl.switchToNewLedger deletes the old one without closing it.)"""
-    if req.ledger_component is LedgerComponent.MANAGED_LEDGER and verified.state in ("OPEN", "IN_RECOVERY"):
+    data = req.ledger_component is LedgerComponent.MANAGED_LEDGER
+    if data and verified.state == "OPEN" and verified.newest_listed > req.ledger_id:
+        return _Kept(
+            f"ledger {req.ledger_id} is OPEN in BookKeeper, older than the newest listed "
+            f"({verified.newest_listed})",
+            False,
+            _LEFT_OPEN.format(ledger=req.ledger_id),
+            report_as=Outcome.SKIPPED_LEFT_OPEN,
+        )
+    if data and verified.state in ("OPEN", "IN_RECOVERY"):
         return _Kept(f"ledger {req.ledger_id} is {verified.state} in BookKeeper", False, _STILL_OPEN)
     if 0 <= verified.newest_listed < req.ledger_id:
         return _Kept(
@@ -971,6 +996,7 @@ _WEIGHT: Mapping[Outcome, int] = MappingProxyType(
         Outcome.SKIPPED_METADATA_MISMATCH: 4,
         Outcome.SKIPPED_NOT_PULSAR: 5,
         Outcome.SKIPPED_UNKNOWN_NAMESPACE: 6,
+        Outcome.SKIPPED_LEFT_OPEN: 7,
     }
 )
 

@@ -87,8 +87,8 @@ def list_deletions(
         str | None,
         typer.Option(
             help="DELETED, ALREADY_DELETED, SKIPPED_IN_USE, SKIPPED_METADATA_MISMATCH, "
-            "SKIPPED_NOT_PULSAR, SKIPPED_UNKNOWN_NAMESPACE, DEAD_LETTERED, and in shadow WOULD_DELETE or "
-            "WOULD_DEAD_LETTER."
+            "SKIPPED_NOT_PULSAR, SKIPPED_UNKNOWN_NAMESPACE, SKIPPED_LEFT_OPEN, DEAD_LETTERED, and in shadow "
+            "WOULD_DELETE or WOULD_DEAD_LETTER."
         ),
     ] = None,
     topic: Annotated[str | None, typer.Option(help="Exact topic name, e.g. public/default/orders.")] = None,

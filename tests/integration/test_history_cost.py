@@ -173,10 +173,10 @@ async def test_the_cost_of_each_shape_that_waits(shapes: Shapes, zk: Any) -> Non
         ),
     )
     (young_request,) = shapes.trim(young_topic, [young])
-    # A data ledger still open and listed nowhere: kept through the grace (two re-checks), then dead-lettered
-    # for replay (KeptForReplay), then acked.
-    (open_id,) = shapes.cluster.new_ledger_ids(1)
+    # A data ledger still open, listed nowhere and newer than the topic's (one a rollover may be creating):
+    # kept through the grace (two re-checks), then dead-lettered for replay (KeptForReplay), then acked.
     open_topic, _ = shapes.topic("open", 1)
+    (open_id,) = shapes.cluster.new_ledger_ids(1)
     zk.create(
         ledger_path(open_id),
         build_pulsar_ledger_metadata(

@@ -106,6 +106,8 @@ SHAPES: dict[str, Shape] = {
     ),
     # The store lists the ledger past the grace, its owner does not: dead-lettered for replay, then acked.
     "kept_for_replay": Shape(data_request(901), {"store_listed": [True]}),
+    # A data ledger left OPEN below the newest listed one (its broker died mid-rollover): reported, acked.
+    "left_open": Shape(data_request(901), {"states": ["OPEN"], "newest_listed": 902}),
     # The store lists the offloaded objects under the request's uuid for one check, then no more.
     "offload_listed_then_deleted": Shape(offload_request(900), {"offload_listed": [True, False]}),
     # The ledger is younger than the minimum age (60 s by default): a timer for the rest, verified again.

@@ -666,6 +666,30 @@ async def test_an_open_data_ledger_is_kept_for_replay(harness: Harness, state: s
     kept_for_replay(harness, result, f"ledger 42 is {state} in BookKeeper")
 
 
+async def test_an_open_data_ledger_older_than_the_newest_listed_is_reported_not_requeued(
+    harness: Harness,
+) -> None:
+    """A broker that died mid-rollover left it OPEN; a topic load recovers only the last listed ledger, so
+    nothing closes it: dead-lettered for replay it would come back OPEN for ever. Reported and acked, the
+    reason naming the BookKeeper commands that recover and close it."""
+    harness.fakes.states = ["OPEN"]
+    harness.fakes.newest_listed = 43
+    result = await harness.run(data_request(ledger_id=42))
+    assert result.outcome is Outcome.SKIPPED_LEFT_OPEN, result
+    assert "bin/bookkeeper shell readledger --ledgerid 42 --force-recovery" in result.reason
+    assert "ledgermetadata --ledgerid 42" in result.reason
+    assert harness.fakes.dead_letters == [] and result.messages_acked == 1
+    assert harness.fakes.calls["delete_bk_ledger"] == 0
+
+
+async def test_an_open_data_ledger_newer_than_the_newest_listed_is_kept_for_replay(harness: Harness) -> None:
+    """Newer than every listed one, it may be the ledger a rollover is creating: kept, as before."""
+    harness.fakes.states = ["OPEN"]
+    harness.fakes.newest_listed = 41
+    result = await harness.run(data_request(ledger_id=42))
+    kept_for_replay(harness, result, "ledger 42 is OPEN in BookKeeper")
+
+
 async def test_a_data_ledger_closed_during_the_grace_is_deleted(harness: Harness) -> None:
     harness.fakes.states = ["OPEN", "OPEN", "CLOSED"]
     result = await harness.run(data_request())

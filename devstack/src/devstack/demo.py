@@ -70,6 +70,7 @@ STYLE = {
     Outcome.SKIPPED_METADATA_MISMATCH: "yellow",
     Outcome.SKIPPED_NOT_PULSAR: "yellow",
     Outcome.SKIPPED_UNKNOWN_NAMESPACE: "yellow",
+    Outcome.SKIPPED_LEFT_OPEN: "yellow",
     Outcome.DEAD_LETTERED: "red",
 }
 Results = dict[str, DeletionResult]  # by the live workflow id of the case's request
