@@ -120,6 +120,7 @@ from reconcile.zk_reads import ZkReads
 __all__ = [
     "BK_LEDGERS",
     "BK_LEDGER_IDS",
+    "CURSOR_INLINE",
     "NAMESPACES",
     "OFFLOAD_CONTEXTS",
     "OFFLOADED_BK_DELETED",
@@ -151,6 +152,10 @@ NAMESPACES = "namespaces"
 # keeps the ledger's offloaded objects (through its offload_contexts rows) but not its BK ledger.
 OFFLOADED_BK_DELETED = "offloaded-bk-deleted"
 
+# Reference kind of a cursor whose position is stored inline (cursorsLedgerId -1): it references no ledger
+# (ledger id -1), and bounds "newer than listed" for its cursor ledgers by its managed ledger's newest data
+# ledger, as the service does (activities/bookkeeper.py ``_inline_cursor_bound``).
+CURSOR_INLINE = "cursor-inline"
 COMPACTION_CURSOR = "__compaction"
 COMPACTED_TOPIC_LEDGER = "CompactedTopicLedger"
 PULSAR_APPLICATION = "pulsar"  # the ``application`` tag of every ledger a broker creates
@@ -704,6 +709,10 @@ def scan_reference_unit(config: ExtractConfig, key: str, store: int = 0) -> dict
             continue
         if ci.cursorsLedgerId >= 0 and data:
             ref(ci.cursorsLedgerId, "cursor", ml_name, cursor)
+        elif data:
+            # Position stored inline: no ledger, but a cursor ledger being created has no other bound
+            # (transform.newest_listed).
+            ref(-1, CURSOR_INLINE, ml_name, cursor)
         if ci.HasField("markDeleteLedgerId"):
             ref(ci.markDeleteLedgerId, "position", ml_name, cursor)
         for rng in ci.individualDeletedMessages:

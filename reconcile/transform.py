@@ -55,7 +55,7 @@ from pyspark.sql.types import (
 )
 
 from reconcile.candidates import REPLACED_OFFLOAD_REASON
-from reconcile.extract import OFFLOADED_BK_DELETED
+from reconcile.extract import CURSOR_INLINE, OFFLOADED_BK_DELETED
 
 __all__ = [
     "BK_COPY_OF_OFFLOADED_REASON",
@@ -391,9 +391,10 @@ def _of_ids(df: DataFrame, ids: DataFrame) -> DataFrame:
 def newest_listed(references: DataFrame, owners: DataFrame) -> DataFrame:
     """The bound of "newer than listed" of each owner in ``owners`` (``owner``: managed ledger or schema id)
     that some store lists: ``_nl_component`` (data|cursor|schema), ``_nl_owner``, ``_nl_cursor`` (null but
-    for cursors) and ``_newest_listed``: per store the newest id its record lists (the managed ledger's whole
-    list, released copies too; the cursor's stored ledger; the locator's ledgers), then the lowest of those
-    stores. Two aggregations over the references of these owners only (a broadcast semi-join)."""
+    for cursors) and ``_newest_listed``. Per store, the newest id its record names: the managed ledger's
+    whole list (released copies too), the cursor's stored ledger (an inline cursor: its managed ledger's
+    newest), the locator's ledgers; then the lowest of those stores. Aggregations over the references of
+    these owners only (a broadcast semi-join)."""
     kind = F.col("kind")
     component = (
         F.when(kind.isin("data", OFFLOADED_BK_DELETED), "data")
@@ -413,8 +414,22 @@ def newest_listed(references: DataFrame, owners: DataFrame) -> DataFrame:
         .groupBy("_nl_component", "_nl_owner", "_nl_cursor", "store")
         .agg(F.max("ledger_id").alias("_store_newest"))
     )
-    return per_store.groupBy("_nl_component", "_nl_owner", "_nl_cursor").agg(
-        F.min("_store_newest").alias("_newest_listed")
+    # A cursor storing its position inline is bounded, in its store, by its managed ledger's newest data
+    # ledger: ManagedCursorImpl.createNewMetadataLedger creates the new cursor ledger before
+    # switchToNewLedger stores its id, and ids only grow (the service's ``_inline_cursor_bound``).
+    inline = refs.where(kind == CURSOR_INLINE).select(
+        F.col("owner").alias("_nl_owner"), F.col("cursor_name").alias("_nl_cursor"), "store"
+    )
+    data_newest = per_store.where(F.col("_nl_component") == "data").select(
+        "_nl_owner", "store", "_store_newest"
+    )
+    inline_bounds = inline.join(data_newest, ["_nl_owner", "store"]).select(
+        F.lit("cursor").alias("_nl_component"), "_nl_owner", "_nl_cursor", "store", "_store_newest"
+    )
+    return (
+        per_store.unionByName(inline_bounds)
+        .groupBy("_nl_component", "_nl_owner", "_nl_cursor")
+        .agg(F.min("_store_newest").alias("_newest_listed"))
     )
 
 

@@ -561,6 +561,7 @@ def test_a_ledger_listed_in_any_store_is_kept(spark: Any) -> None:
         spark,
         [ledger(i, data_tags()) for i in (3, 5, 9, 10)]
         + [ledger(i, {**data_tags(), "pulsar/cursor": "s"}) for i in (20, 22, 24)]
+        + [ledger(i, {**data_tags(), "pulsar/cursor": "inline"}) for i in (4, 40)]
         + [ledger(31, {"application": "pulsar", "component": "schema", "pulsar/schemaId": SCHEMA})],
         refs=[
             (9, "data", ML, None, "ours"),
@@ -568,6 +569,7 @@ def test_a_ledger_listed_in_any_store_is_kept(spark: Any) -> None:
             (23, "cursor", ML, "s", "ours"),
             (23, "cursor", ML, "s", b),
             (30, "schema", SCHEMA, None, "ours"),
+            (-1, "cursor-inline", ML, "inline", "ours"),  # bounded by ML's newest data ledger in ours: 9
         ],
     )
     assert by_id(findings) == {
@@ -577,6 +579,8 @@ def test_a_ledger_listed_in_any_store_is_kept(spark: Any) -> None:
         22: ("candidate", None),
         24: ("excluded", T.NEWER_THAN_LISTED_REASON),  # newer than the cursor's stored ledger
         31: ("excluded", T.NEWER_THAN_LISTED_REASON),  # newer than the locator's
+        4: ("candidate", None),
+        40: ("excluded", T.NEWER_THAN_LISTED_REASON),  # an inline cursor's ledger being created
     }
 
 
