@@ -29,7 +29,7 @@ from ledger_deletion.contracts import (
     VerifyBkMetadataInput,
     VerifyBkMetadataResult,
 )
-from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
+from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound, TripwireStateUnknown
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.managed_ledger import (
     ledger_list_digest,
@@ -98,8 +98,11 @@ class BookKeeperReadActivities:
         # BookKeeper writes ctime into the metadata only with storeSystemTimeAsLedgerCreationTime; readers
         # then take the znode's ctime (LedgerMetadataSerDe.parseConfig(..., stat.getCtime())), as here.
         created_ms = metadata.ctime if metadata.ctime is not None else znode.ctime_ms
-        if verdict is Verdict.MATCH and (unknown := self._unknown_namespace(inp.request, created_ms)):
-            verdict, reason = Verdict.UNKNOWN_NAMESPACE, unknown
+        unknown_namespace = ""
+        if verdict is Verdict.MATCH:
+            kept, unknown_namespace = self._unknown_namespace(inp.request, created_ms)
+            if kept:
+                verdict, reason = Verdict.UNKNOWN_NAMESPACE, kept
         if verdict is not Verdict.MATCH:
             return VerifyBkMetadataResult(
                 verdict,
@@ -131,6 +134,7 @@ class BookKeeperReadActivities:
             state=metadata.state,
             age_seconds=max(0.0, time.time() - created_ms / 1000),
             newest_listed=max(newest, listed_newest),
+            unknown_namespace=unknown_namespace,
         )
 
     def _store_listing(self, request: PendingDeleteLedgerInfo) -> tuple[str, int]:
@@ -204,9 +208,10 @@ class BookKeeperReadActivities:
             return "Pulsar's metadata store"
         return f"the metadata store {store.hosts} of another Pulsar cluster sharing this BookKeeper"
 
-    def _unknown_namespace(self, request: PendingDeleteLedgerInfo, created_ms: int) -> str:
+    def _unknown_namespace(self, request: PendingDeleteLedgerInfo, created_ms: int) -> tuple[str, str]:
         """Why the ledger's tagged namespace (``judge`` matched the request's names to its tags) makes it
-        another cluster's, or "" when it does not.
+        another cluster's, or "" when it does not; and the namespace when no store has it (the delete asks
+        the tripwire again, ``BookKeeperDeleteActivities``).
 
         Known to any store: "". With other stores declared, known to none: another cluster's, perhaps one
         nobody declared. With ``none``: a recent ledger is evidence of another writer and trips the tripwire
@@ -214,21 +219,21 @@ class BookKeeperReadActivities:
         (a namespace deleted half-way leaves old orphans, which may go).
         """
         if not self._others and self._tripwire is None:
-            return ""
+            return "", ""
         component = request.ledger_component
         name = (
             request.schema_id if component is LedgerComponent.SCHEMA_STORAGE else request.managed_ledger_name
         )
         namespace = namespace_of(name or "")
         if namespace is not None and any(store.knows_namespace(namespace) for store in self._stores):
-            return ""
+            return "", ""
         shown = namespace or repr(name)
         if self._others:
             return (
                 f"namespace {shown} is known to none of the {len(self._stores)} Pulsar metadata stores "
                 "sharing this BookKeeper (this cluster's and LEDGER_DELETION_BOOKKEEPER_SHARED_WITH's): the "
                 "ledger may be a cluster's nobody declared"
-            )
+            ), shown
         assert self._tripwire is not None
         if is_evidence(created_ms, time.time()):
             state = self._tripwire.report(Evidence(shown, request.ledger_id, created_ms, "the workflow pool"))
@@ -237,13 +242,12 @@ class BookKeeperReadActivities:
                 f"{max(0.0, time.time() - created_ms / 1000):.0f} s ago: another writer shares this "
                 "BookKeeper, though LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none; "
                 f"tripwire {state.describe()}"
-            )
+            ), shown
         state = self._tripwire.current()
         if state.tripped:
-            return f"namespace {shown} is not this cluster's and the shared-BookKeeper tripwire is " + (
-                state.describe()
-            )
-        return ""
+            why = f"namespace {shown} is not this cluster's and the shared-BookKeeper tripwire is "
+            return why + state.describe(), shown
+        return "", shown
 
     def _stored(
         self, store: PulsarMetadataStore, data: bytes | None, parse: Callable[[bytes], _M], what: str
@@ -415,17 +419,31 @@ class BookKeeperDeleteActivities:
     """The one step that changes BookKeeper's metadata: the compare-and-delete of a verified ledger znode.
 
     ``may_delete`` raises when deletes must not run now: the kill switch is on (``DeletionPaused``) or was not
-    read lately (``PauseStateUnknown``); the pools pass their ``kill_switch.Watch.check``.
+    read lately (``PauseStateUnknown``); the pools pass their ``kill_switch.Watch.check``. ``tripwire``: the
+    shared-BookKeeper tripwire, asked again before a ledger of a namespace this cluster does not have goes.
     """
 
-    def __init__(self, store: LedgerStore, may_delete: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        store: LedgerStore,
+        may_delete: Callable[[], None] = lambda: None,
+        tripwire: View | None = None,
+    ) -> None:
         self._store = store
         self._may_delete = may_delete
+        self._tripwire = tripwire
 
     @activity.defn(name="delete_bk_ledger")
     @translate_errors
     def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
         self._may_delete()  # before anything: a paused delete changes nothing
+        if inp.unknown_namespace:
+            # Verified before the shared-BookKeeper tripwire tripped, perhaps long ago (a grace, a pause): a
+            # ledger of a namespace this cluster does not have goes only while it is still untripped.
+            if self._tripwire is None:
+                raise TripwireStateUnknown("this process does not read the shared-BookKeeper tripwire")
+            if self._tripwire.current().tripped:
+                return DeleteBkLedgerResult(DeleteBkLedgerStatus.TRIPPED)
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
         if deleted is None and activity.info().attempt > 1:
             # An earlier attempt failed while or after sending its delete (connection lost, timed out), and

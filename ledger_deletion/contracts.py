@@ -286,8 +286,12 @@ class VerifyBkMetadataResult:
     age_seconds: float | None = None
     # The highest ledger id the ledger's owner lists in Pulsar's metadata store (its managed ledger's ledgers,
     # its cursor's cursorsLedgerId, its schema's locator); -1 when nothing is listed. A ledger above it is
-    # newer than anything listed: created, and not yet written to the store.
+    # newer than anything listed: created, and not yet written to the store. With other clusters' stores, the
+    # lowest of their highest (activities.bookkeeper._bound).
     newest_listed: int = -1
+    # With LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none: the ledger's namespace when this cluster does not have
+    # it and the tripwire had not tripped (an old orphan of a namespace deleted half-way); "" otherwise.
+    unknown_namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -321,6 +325,9 @@ class OffloadListedResult:
 class DeleteBkLedgerInput:
     ledger_id: int
     expected_version: int
+    # The ledger's namespace when this cluster does not have it (VerifyBkMetadataResult.unknown_namespace):
+    # the delete refuses it if the shared-BookKeeper tripwire has tripped since it was verified.
+    unknown_namespace: str = ""
 
 
 class DeleteBkLedgerStatus(StrEnum):
@@ -330,6 +337,8 @@ class DeleteBkLedgerStatus(StrEnum):
     # something else removed the ledger; which of the two is not known, so it is not reported as deleted.
     GONE_ON_RETRY = "GONE_ON_RETRY"
     VERSION_CHANGED = "VERSION_CHANGED"
+    # A ledger of a namespace this cluster does not have, and the shared-BookKeeper tripwire is tripped.
+    TRIPPED = "TRIPPED"
 
 
 @dataclass(frozen=True)

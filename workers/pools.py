@@ -159,10 +159,15 @@ async def run_pools(
             deleting = "+".join(sorted(wanted & {"bookkeeper", "offload"}))
             running.kill_switch = await _kill_switch(temporal, settings, stop, stack, deleting)
         switch = running.kill_switch
+        # The shared-BookKeeper tripwire: the checks decide by it, the bookkeeper pool asks it again.
+        view = (
+            await _tripwire(temporal, settings, stop, stack)
+            if "workflow" in wanted or ("bookkeeper" in wanted and not shadow)
+            else None
+        )
         if "workflow" in wanted:
             queue = hosted.setdefault(settings.task_queue("workflow"), _Hosted())
             queue.workflows = True
-            view = await _tripwire(temporal, settings, stop, stack)
             queue.checks = _read_only_checks(settings, stack, view)
             await _check_ledger_layout(queue.checks.ledgers)
         if "bookkeeper" in wanted and shadow:
@@ -179,7 +184,7 @@ async def run_pools(
             stack.callback(store.close)
             await _check_ledger_layout(store)
             assert switch is not None
-            deletes = BookKeeperDeleteActivities(store, switch.check)
+            deletes = BookKeeperDeleteActivities(store, switch.check, view)
             host("bookkeeper", [deletes.delete_bk_ledger], settings.bookkeeper_concurrency)
             hosted[settings.task_queue("bookkeeper")].rate = settings.bk_deletes_per_second
         if "offload" in wanted:
@@ -397,11 +402,12 @@ async def _kill_switch(
 async def _tripwire(
     client: Client, settings: Settings, stop: asyncio.Event, stack: AsyncExitStack
 ) -> tripwire.View:
-    """Read the shared-BookKeeper tripwire before serving any check, then as often as the kill switch."""
+    """Read the shared-BookKeeper tripwire before serving any check or delete, then as often as the kill
+    switch."""
     view = tripwire.View(
         client,
         tripwire.tripwire_id(settings.task_queue_prefix),
-        f"the workflow pool of {kill_switch.operator()}",
+        f"ledger-deletion worker on {kill_switch.operator()}",
         settings.kill_switch_seconds,
         settings.kill_switch_stale_seconds,
     )

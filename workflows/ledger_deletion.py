@@ -676,7 +676,7 @@ class LedgerDeletionWorkflow:
             self._tell(f"deleting ledger {req.ledger_id}: {path} at znode version {verified.znode_version}")
             deleted = await self._destructive(
                 Step.DELETE_BK_LEDGER,
-                DeleteBkLedgerInput(req.ledger_id, verified.znode_version),
+                DeleteBkLedgerInput(req.ledger_id, verified.znode_version, verified.unknown_namespace),
                 DeleteBkLedgerResult,
                 policy.bookkeeper_queue,
                 policy,
@@ -689,6 +689,12 @@ class LedgerDeletionWorkflow:
                     return _Done(Outcome.ALREADY_DELETED, "znode disappeared before delete")
                 if deleted.status is DeleteBkLedgerStatus.GONE_ON_RETRY:
                     return _Done(Outcome.ALREADY_DELETED, GONE_ON_RETRY)
+                if deleted.status is DeleteBkLedgerStatus.TRIPPED:
+                    return _Done(
+                        Outcome.SKIPPED_UNKNOWN_NAMESPACE,
+                        f"namespace {verified.unknown_namespace} is not this cluster's and the "
+                        "shared-BookKeeper tripwire tripped before the delete",
+                    )
                 # The znode changed since we checked it: what we verified is no longer what we would delete.
                 races += 1
             # Changed, or resumed after a pause (which may have lasted long enough for anything to change):

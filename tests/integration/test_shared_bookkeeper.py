@@ -22,12 +22,18 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.bookkeeper import BookKeeperReadActivities
+from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActivities
 from devstack.cluster import SimulatedCluster, SimulatedTopic
 from devstack.stack import StackEndpoints
 from ledger_deletion import tripwire
-from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore
-from ledger_deletion.contracts import Outcome, Verdict, VerifyBkMetadataInput
+from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
+from ledger_deletion.contracts import (
+    DeleteBkLedgerInput,
+    DeleteBkLedgerStatus,
+    Outcome,
+    Verdict,
+    VerifyBkMetadataInput,
+)
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.observability import metrics
@@ -182,6 +188,40 @@ def test_with_a_list_a_namespace_no_store_knows_is_never_deleted(
         ours.close()
         theirs.close()
         zk.delete(ledger_path(ledger_id))
+
+
+async def test_the_bookkeeper_pool_refuses_an_unknown_namespace_once_tripped(
+    stack: StackEndpoints, temporal_client: Client, zk: KazooClient, new_ledger_id: Any
+) -> None:
+    """Verified while untripped, deleted only if still untripped when the delete runs (a grace or a pause may
+    lie between): the bookkeeper pool asks the tripwire again."""
+    wire = tripwire.tripwire_id(f"ld-shbk-{uuid.uuid4().hex[:8]}")
+    view = tripwire.View(temporal_client, wire, "the test", 1.0, 10.0)
+    ledgers = [new_ledger_id(), new_ledger_id()]
+    for ledger_id in ledgers:
+        zk.create(
+            ledger_path(ledger_id),
+            build_pulsar_ledger_metadata(managed_ledger_custom_metadata("gone/ns/persistent/t")),
+            makepath=True,
+        )
+    store = LedgerStore(stack.zookeeper)
+    deletes = BookKeeperDeleteActivities(store, tripwire=view)
+    env = ActivityEnvironment()
+    try:
+        await view.refresh()
+        first = env.run(deletes.delete_bk_ledger, DeleteBkLedgerInput(ledgers[0], 0, "gone/ns"))
+        assert first.status is DeleteBkLedgerStatus.DELETED
+        evidence = tripwire.Evidence("other/ns", 1, int(time.time() * 1000), "the test")
+        await tripwire.trip(temporal_client, wire, evidence, "the test")
+        await view.refresh()
+        second = env.run(deletes.delete_bk_ledger, DeleteBkLedgerInput(ledgers[1], 0, "gone/ns"))
+        assert second.status is DeleteBkLedgerStatus.TRIPPED and zk.exists(ledger_path(ledgers[1]))
+    finally:
+        store.close()
+        for ledger_id in ledgers:
+            if zk.exists(ledger_path(ledger_id)):
+                zk.delete(ledger_path(ledger_id))
+        await _delete_schedule(temporal_client, wire)
 
 
 def _service_settings(settings: Settings, shared_with: str) -> Settings:

@@ -690,6 +690,15 @@ async def test_an_open_data_ledger_newer_than_the_newest_listed_is_kept_for_repl
     kept_for_replay(harness, result, "ledger 42 is OPEN in BookKeeper")
 
 
+async def test_a_delete_the_tripwire_refuses_is_reported_as_of_an_unknown_namespace(harness: Harness) -> None:
+    """Verified while the shared-BookKeeper tripwire was untripped, refused by the bookkeeper pool once it
+    tripped: kept, acked, never retried as a failure."""
+    harness.fakes.delete_statuses = [DeleteBkLedgerStatus.TRIPPED]
+    result = await harness.run(data_request())
+    assert result.outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE, result
+    assert "tripwire tripped before the delete" in result.reason and result.messages_acked == 1
+
+
 async def test_a_data_ledger_closed_during_the_grace_is_deleted(harness: Harness) -> None:
     harness.fakes.states = ["OPEN", "OPEN", "CLOSED"]
     result = await harness.run(data_request())
