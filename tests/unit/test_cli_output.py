@@ -20,6 +20,7 @@ DATA_COMMANDS = (
     ("dlq", "replay"),
     ("submit",),
     ("setup",),
+    ("tripwire",),
 )
 
 
