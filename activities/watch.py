@@ -121,12 +121,17 @@ class SuspectActivities:
             if request.ledger_component is LedgerComponent.MANAGED_CURSOR:
                 assert request.cursor_name is not None  # validated with the request
                 data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
+                if data is None:
+                    self._pulsar_metadata.confirm_managed_ledgers_root()  # "no cursor" in the wrong store
                 listed = (
                     bool(data) and parse_managed_cursor_info(data or b"").cursorsLedgerId == request.ledger_id
                 )
                 return f"cursor {request.cursor_name} of {name}" if listed else ""
             data = self._pulsar_metadata.read_managed_ledger(name)
             if data is None:
+                # No record proves nothing in a store without /managed-ledgers (a wrong chroot): raises
+                # PulsarMetadataNotFound, retried, rather than requesting what another store may list.
+                self._pulsar_metadata.confirm_managed_ledgers_root()
                 return ""
             for info in parse_managed_ledger_info(data).ledgerInfo:
                 if info.ledgerId != request.ledger_id:

@@ -615,6 +615,15 @@ class Settings(BaseSettings):
         description="Znode in Pulsar's metadata store under which watcher processes elect the active one; "
         "their ZooKeeper identity needs create and delete rights there (read rights elsewhere).",
     )
+    # Finds what no diff can (ledgers never listed, ledgers whose earlier suspects ended, or whose request
+    # ended in use) without anyone switching the reconcile schedule on: docs/watcher.md, "Periodic resync".
+    watch_resync_seconds: float = Field(
+        default=3600.0,
+        ge=0,
+        description="How often the active watcher resyncs besides its start and reconnections (lists "
+        "BookKeeper's ledgers and reads every Pulsar record), seconds: an orphan is requested within "
+        "LEDGER_DELETION_WATCH_DELAY_SECONDS plus this; 0: only at start and after reconnections.",
+    )
     watch_concurrency: int = Field(
         default=16,
         ge=1,

@@ -15,7 +15,9 @@ check runs on whichever watcher is up); one of them at a time, elected through a
 A connection that drops loses the watches and the changes meanwhile: on reconnection the watcher resyncs
 (step 1 and 2 against the snapshot it kept). A session that expires loses the lock too; the watcher then
 competes for it again and, winning, resyncs the same way. Two watchers acting at once (a paused process that
-has not yet noticed its session expired) only start the same suspects twice, which their workflow ids dedupe.
+has not yet noticed its session expired) only start the same suspects twice, which their workflow ids dedupe
+while a run is open. Every ``LEDGER_DELETION_WATCH_RESYNC_SECONDS`` it resyncs again (step 2 alone), so an
+orphan no diff shows (never listed, or whose earlier suspect ended) is requested within the delay plus that.
 
 The watcher deletes nothing: a suspect still there after the delay is published as a request, which the
 deletion service decides like any other.
@@ -43,7 +45,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.lock import Lock
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
@@ -54,12 +55,13 @@ from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
+from ledger_deletion.errors import PulsarMetadataNotFound
 from ledger_deletion.observability import logs, metrics, redaction
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from ledger_deletion.temporal_client import connect_temporal
-from ledger_deletion.watch.paths import ROOTS, classify
-from ledger_deletion.watch.resync import unreferenced, unreferenced_suspects
+from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, ROOTS, classify
+from ledger_deletion.watch.resync import pulsar_tagged, unreferenced, unreferenced_suspects
 from ledger_deletion.watch.snapshot import Snapshot
 from ledger_deletion.watch.suspects import Suspect
 from ledger_deletion.watch_contracts import SuspectInput, SuspectPolicy
@@ -84,12 +86,11 @@ class WatchStats:
 
     leading: bool = False
     elected: int = 0  # times this process won the election
-    resyncs: int = 0
+    resyncs: int = 0  # at start, after reconnections, and every LEDGER_DELETION_WATCH_RESYNC_SECONDS
     events: int = 0  # watch events received while leading
     rounds: int = 0
     znodes_read: int = 0  # by the watch itself, not by resyncs
     suspects: int = 0  # suspect workflows started (or found running: the server does not say which)
-    duplicates: int = 0  # suspects whose workflow had already run
     rejected: int = 0  # suspects whose request the service would refuse (logged)
 
     def zk_requests(self, *reads: ZkReads) -> int:
@@ -121,6 +122,7 @@ class Watcher:
         self._watches = PersistentWatches(metadata_zk, self._on_event)
         self._interrupted = True  # a resync is due: at the start, and after every reconnection
         self._session_lost = False
+        self._resync_due: float | None = None  # monotonic time of the next periodic resync
         self._policy = SuspectPolicy(
             delay_seconds=settings.watch_delay_seconds,
             retry=RetrySpec(max_attempts=0, initial_seconds=1.0, max_interval_seconds=300.0),
@@ -206,6 +208,15 @@ class Watcher:
                         self._interrupted = True
                         await asyncio.sleep(_RETRY_SECONDS)
                     continue
+                if self._resync_due is not None and time.monotonic() >= self._resync_due:
+                    try:
+                        await self._resync(watch=False)  # the watches stand: only the read and the diff
+                    except _ZK_ERRORS as exc:
+                        log.warning(
+                            "periodic resync interrupted: %s; resyncing once connected", _describe(exc)
+                        )
+                        self._interrupted = True
+                    continue
                 changed = await self._next_round()
                 if not changed:
                     continue
@@ -222,21 +233,34 @@ class Watcher:
             reason = "stopping" if stop.is_set() else "its ZooKeeper session expired"
             log.info("watcher %s no longer leading: %s", self.identifier, reason)
 
-    async def _resync(self) -> None:
-        """Watch again, then diff a fresh read (and BookKeeper's unreferenced ledgers) with the snapshot."""
+    async def _resync(self, *, watch: bool = True) -> None:
+        """Watch again (``watch``), then diff a fresh read (and BookKeeper's unreferenced ledgers) with the
+        snapshot.
+
+        Raises:
+            PulsarMetadataNotFound: Pulsar's metadata store has no ``/managed-ledgers`` while BookKeeper
+                holds Pulsar's ledgers (a wrong store or chroot): every one would be a suspect.
+        """
         began = time.monotonic()
-        for root in ROOTS:
-            await asyncio.to_thread(self._watches.add, root)
+        if watch:
+            for root in ROOTS:
+                await asyncio.to_thread(self._watches.add, root)
         root = self.settings.bk_ledgers_root
         listed = await asyncio.to_thread(list_bk_ledger_ids, self.bk_reads, root)
         fresh = await asyncio.to_thread(read_pulsar_metadata, self.reads)
+        had_records = self.snapshot.records > 0
+        store_found = await asyncio.to_thread(self.reads.exists, MANAGED_LEDGERS_ROOT)
         suspects = await asyncio.to_thread(self.snapshot.resync, fresh)
         ids = await asyncio.to_thread(unreferenced, listed, self.snapshot)
         metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
+        if not store_found and (had_records or pulsar_tagged(metadata)):
+            raise PulsarMetadataNotFound(_no_store(self.settings, pulsar_tagged(metadata)))
         known = {s.key for s in suspects}
         suspects += await asyncio.to_thread(unreferenced_suspects, metadata, self.snapshot, known)
         await self._start(suspects)
         self.stats.resyncs += 1  # done: its suspects' workflows started
+        period = self.settings.watch_resync_seconds
+        self._resync_due = time.monotonic() + period if period > 0 else None
         log.info(
             "resync: %d records, %d BookKeeper ledgers listed, %d unreferenced, %d suspects (%.1f s)",
             self.snapshot.records,
@@ -296,20 +320,24 @@ class Watcher:
         async with self._starts:
             while True:
                 try:
+                    # An open run of the same id is joined (USE_EXISTING): two watchers, or a diff and a
+                    # resync, suspecting it at once wait once. A closed one is no reason to stay silent
+                    # (ALLOW_DUPLICATE): a suspect can end REFERENCED and the ledger become an orphan later
+                    # (a resync that read a lagging follower after a session loss, kazoo resetting its
+                    # last_zxid, saw just-listed ledgers as gone; a shadow topic, ShadowManagedLedgerImpl,
+                    # lists its source's ledgers under the same ids), and a request can end SKIPPED_IN_USE,
+                    # which the broker never sends again.
                     await self._temporal.start_workflow(
                         LedgerSuspectWorkflow.run,
                         SuspectInput(request, self._policy),
                         id=suspect.workflow_id,
                         task_queue=self.settings.watch_task_queue,
-                        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
                         static_summary=f"{suspect.reason.value}: {request.summary()}"[:200],
                     )
                     self.stats.suspects += 1
                     log.debug("suspect %s (%s)", suspect.workflow_id, suspect.reason.value)
-                    return
-                except WorkflowAlreadyStartedError:
-                    self.stats.duplicates += 1
                     return
                 except RPCError as exc:
                     log.warning("starting suspect %s: %s; retrying", suspect.workflow_id, exc)
@@ -322,6 +350,19 @@ class Watcher:
                 await asyncio.wait_for(stop.wait(), timeout=60)
             if self.stats.leading:
                 log.info("watch: %s", self.stats)
+
+
+def _no_store(settings: Settings, tagged: int) -> str:
+    store = settings.pulsar_metadata_hosts
+    if store == settings.zookeeper:  # the likeliest mistake: the setting left empty
+        store += " (BookKeeper's, as when LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER is empty)"
+    return (
+        f"Pulsar's metadata store {store} has no {MANAGED_LEDGERS_ROOT} znode, but {tagged} unreferenced "
+        "BookKeeper ledgers are tagged application=pulsar (or the records read before are gone): this is "
+        "not the store Pulsar's brokers write to, and every ledger would be requested, so the watcher "
+        "stops. Set LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER to Pulsar's metadataStoreUrl "
+        "(host:port[,host:port][/chroot])."
+    )
 
 
 def _release(lock: Lock) -> None:

@@ -34,7 +34,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType
 from ledger_deletion.watch.snapshot import Snapshot
 from ledger_deletion.watch.suspects import Reason, Suspect, suspect
 
-__all__ = ["unreferenced", "unreferenced_suspects"]
+__all__ = ["pulsar_tagged", "unreferenced", "unreferenced_suspects"]
 
 PULSAR = "pulsar"
 MANAGED_LEDGER_COMPONENT = "managed-ledger"  # LedgerMetadataUtils: data and cursor ledgers
@@ -45,6 +45,13 @@ def unreferenced(listed: Iterable[int], snapshot: Snapshot) -> list[int]:
     """The listed ledger ids no record of ``snapshot`` references, in order."""
     referenced = snapshot.bk_referenced()
     return sorted(ledger_id for ledger_id in listed if ledger_id not in referenced)
+
+
+def pulsar_tagged(metadata: Mapping[int, LedgerMetadata]) -> int:
+    """How many of these ledgers Pulsar wrote (``application=pulsar``): with no ``/managed-ledgers`` in the
+    store read, a count above 0 means the store is the wrong one (reconcile's extract refuses the same way,
+    ``_refuse_without_pulsar_metadata``)."""
+    return sum(1 for md in metadata.values() if md.custom(CUSTOM_APPLICATION) == PULSAR)
 
 
 def unreferenced_suspects(

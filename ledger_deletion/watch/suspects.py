@@ -63,12 +63,10 @@ class Suspect:
     @property
     def workflow_id(self) -> str:
         """One suspect workflow per (type, ledger[, offload uuid]), as the service keys its deletions: a
-        ledger suspected twice (by the diff of one watcher and the resync of the next, or by two watchers
-        for a moment) is waited for and requested once.
-
-        A resync's suspects share these ids: a resync leaves out every ledger newer than what its owner
-        lists (:mod:`ledger_deletion.watch.resync`), and ids only grow, so none of its suspects is listed
-        again later, to find its id taken by a run that ended with it referenced.
+        ledger suspected twice while its run is open (by the diff of one watcher and the resync of the next,
+        or by two watchers for a moment) is waited for and requested once. A closed run does not stop a new
+        one (the watcher starts them with ``ALLOW_DUPLICATE``): a suspect that ended REFERENCED, or whose
+        request ended in use, may be an orphan later.
         """
         return WORKFLOW_ID_PREFIX + self.request.workflow_id.removeprefix("ledger-deletion/")
 

@@ -6,6 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.watch import SuspectActivities
 from devstack.stack import StackEndpoints
@@ -131,6 +133,35 @@ def test_the_check_finds_what_is_still_there_and_what_still_lists_it(
 
             sent = checks.publish_suspect(PublishSuspectInput(data(ids[2])))
             assert sent.message_id == "1:1:0" and published.requests == [data(ids[2])]
+        finally:
+            ledgers.close()
+            metadata.close()
+
+
+def test_the_check_refuses_a_store_without_managed_ledgers(
+    stack: StackEndpoints, s3: Any, new_ledger_id: Any
+) -> None:
+    """No record in a store without ``/managed-ledgers`` (a wrong chroot) proves nothing: the check fails,
+    to be retried, rather than answer "listed by nothing" (it answered that before)."""
+    with corner(stack, s3, new_ledger_id) as c:
+        settings = c.settings
+        ledgers = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, 10.0)
+        metadata = PulsarMetadataStore(settings.pulsar_metadata_hosts, 10.0)
+        checks = SuspectActivities(ledgers, metadata, Published(), None, settings.offload_bucket)
+        try:
+            ids = c.broker.create_topic(TOPIC, 2)
+            c.zk.delete("/managed-ledgers", recursive=True)
+            cursor_request = PendingDeleteLedgerInfo(
+                topic_name=TOPIC,
+                ledger_component=LedgerComponent.MANAGED_CURSOR,
+                ledger_type=LedgerType.LEDGER,
+                ledger_id=ids[1],
+                cursor_name="sub",
+            )
+            for request in (data(ids[0]), cursor_request):
+                with pytest.raises(ApplicationError, match="has no /managed-ledgers") as refused:
+                    ActivityEnvironment().run(checks.check_suspect, CheckSuspectInput(request))
+                assert refused.value.type == "PulsarMetadataNotFound" and not refused.value.non_retryable
         finally:
             ledgers.close()
             metadata.close()
