@@ -511,6 +511,10 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         t += 1
     if not p.schema_ids:
         p.schema(f"{namespaces[0][0]}/{namespaces[0][1]}/topic-0000000")
+    # Deleted topics' namespaces still exist: Pulsar removes /managed-ledgers/<namespace> only with the
+    # namespace (clearNamespacePersistence), and a namespace no store has keeps its ledgers (knows_namespace).
+    # The plan writes no empty parents, so they are drawn from the namespaces that have a live topic.
+    live = sorted({(t.ml_name.split("/")[0], t.ml_name.split("/")[1]) for t in p.topics})
     # Every kind at least once, then the rest of the budget by weight.
     fixed: list[Callable[[], None]] = [
         lambda: p.orphan_data(),
@@ -520,7 +524,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         p.orphan_cursor,
         p.orphan_schema,
         p.orphan_compacted,
-        lambda: p.deleted_topic(*namespaces[-1]),
+        lambda: p.deleted_topic(*live[-1]),
         lambda: p.orphan_offload(),
         lambda: p.orphan_offload(with_bk_copy=True),
     ]
@@ -532,7 +536,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         (0.15, p.orphan_cursor),
         (0.08, p.orphan_schema),
         (0.04, p.orphan_compacted),
-        (0.05, lambda: p.deleted_topic(*rnd.choice(namespaces))),
+        (0.05, lambda: p.deleted_topic(*rnd.choice(live))),
         (0.18, lambda: p.orphan_offload()),
     ]
     weights = [w for w, _ in weighted]

@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 
 from ledger_deletion.errors import InvalidRequestError
+from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
 from ledger_deletion.formats.bk_paths import ledger_id_from_path, ledger_path
 from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.request import LedgerComponent, LedgerType, request_to_wire
+from ledger_deletion.shared_bookkeeper import namespace_of
 from reconcile.candidates import build_requests, head_owners, request_for_finding
 from reconcile.extract import ids_from_children
 from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans
@@ -115,6 +117,19 @@ def test_report_table_and_chart(tmp_path: Path) -> None:
     render_chart(rows, tmp_path / "report.png")
     assert (tmp_path / "report.png").read_bytes()[:4] == b"\x89PNG"
     assert human_bytes(3 * 2**20) == "3.0 MiB" and human_bytes(10) == "10 B"
+
+
+@pytest.mark.parametrize("ledgers", [150, 500])
+def test_generator_candidates_are_in_namespaces_the_cluster_has(ledgers: int) -> None:
+    """Reconcile never submits a ledger of a namespace no store knows (/managed-ledgers/<namespace>), so the
+    truth's candidates must all be of namespaces the plan's managed ledgers create, small clusters too
+    (150 ledgers make fewer topics than namespaces)."""
+    plan = plan_cluster(ClusterSpec(ledgers=ledgers, seed=11))
+    known = {namespace_of(ml) for ml, _ in plan.managed_ledgers}
+    candidates = set(plan.truth.bk_candidates)
+    tags = {i: parse_ledger_metadata(data) for i, data in plan.ledgers if i in candidates}
+    owners = {i: md.custom("pulsar/managed-ledger") or md.custom("pulsar/schemaId") for i, md in tags.items()}
+    assert {ledger_id: o for ledger_id, o in owners.items() if namespace_of(o or "") not in known} == {}
 
 
 def test_generator_truth_is_consistent() -> None:
