@@ -344,3 +344,31 @@ def test_a_declared_store_without_managed_ledgers_root_refuses(
 
     assert wrong in str(refused.value) and "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH" in str(refused.value)
     assert not (tmp_path / "extract" / REFERENCES).exists()
+
+
+def test_submit_with_none_needs_temporal_for_the_tripwire(
+    stack: Any,
+    clusters: Clusters,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``none`` and ``--submit``: the tripwire lives in Temporal, so without a Temporal address the run is
+    refused before it reads anything (exit 2), rather than submit without having read it."""
+    from reconcile.cli import run_from_settings
+
+    for name, value in stack.as_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("LEDGER_DELETION_BOOKKEEPER_SHARED_WITH", "none")
+    monkeypatch.setenv("LEDGER_DELETION_BK_LEDGERS_ROOT", clusters.ledgers_root)
+    monkeypatch.setenv("LEDGER_DELETION_PULSAR_METADATA_ZOOKEEPER", clusters.store_a)
+    for name in ("TEMPORAL_ADDRESS", "LEDGER_DELETION_TEMPORAL_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    out = tmp_path / "out"
+
+    code = run_from_settings(master="local[2]", min_age="0", tenant=None, out=out, submit=True)
+
+    assert code == 2
+    stderr = " ".join(capsys.readouterr().err.split())
+    assert "refused:" in stderr and "TEMPORAL_ADDRESS" in stderr
+    assert not (out / "extract").exists()
