@@ -17,7 +17,7 @@ SCANNED = ("tests", "bench", "devstack/src/devstack")
 
 # A port number in the blocks' range assigned in code: `port=24901`, `PORT = 26181`, `zookeeper=27181`,
 # `default=22181` next to a port option. Upstream defaults (bookiePort=3181) are facts about Pulsar, and
-# addresses in strings (`127.0.0.1:24901`, "temporal:7233") data under test: not ports a process of ours binds.
+# addresses in strings (`127.0.0.1:24901`, "temporal:7233") data under test: no port of ours.
 _LITERAL = re.compile(
     r"(?i)\b(\w*port\w*|temporal\w*|pulsar\w*|zookeeper|s3|admin\w*)\s*=\s*(\d{4,5})\b"
     r"|--\w*-port\",[^)]*default=(\d{4,5})"
