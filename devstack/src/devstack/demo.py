@@ -219,9 +219,9 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
         watched = await run_watch_step(
             console, client, endpoints, settings, watch_namespace, cluster.new_ledger_ids
         )
-        query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
         console.rule("[bold]9. what the audit log kept: ledger-deletion audit --summary")
         audited = await show_audit(console, settings, namespace, scenario.cases)
+        query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
         console.print(
             f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
             f"{settings.temporal_namespace}/workflows?query={query}"
