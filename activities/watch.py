@@ -6,7 +6,7 @@ to the deletion topic: the watcher deletes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from temporalio import activity
@@ -24,6 +24,7 @@ from ledger_deletion.formats.managed_ledger import (
 from ledger_deletion.formats.offload_keys import ObjectStoreLocation, offload_keys_for_context, offload_uuid
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.request import LedgerComponent, LedgerType, OffloadContext, PendingDeleteLedgerInfo
+from ledger_deletion.shared_bookkeeper import namespace_of
 from ledger_deletion.watch.diff import bk_copy_released
 from ledger_deletion.watch_contracts import (
     CheckSuspectInput,
@@ -47,15 +48,19 @@ class SuspectActivities:
         objects: ObjectStore | None,
         default_bucket: str,
         endpoint_aliases: Iterable[str] = (),
+        others: Sequence[PulsarMetadataStore] = (),
     ) -> None:
         """``objects`` None: no S3 endpoint configured, offloaded objects cannot be looked at (their
-        suspects are published after the delay, and the service looks).
+        suspects are published after the delay, and the service looks). ``others``: the metadata stores of
+        the other Pulsar clusters sharing this BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH): a listing
+        in any keeps the suspect, and one whose namespace none of the stores knows is not requested.
 
         Raises:
             ConfigurationError: the store's endpoint or an alias is not an http(s) URL.
         """
         self._ledgers = ledgers
         self._pulsar_metadata = pulsar_metadata
+        self._others = tuple(others)
         self._publisher = publisher
         self._objects = objects
         self._default_bucket = default_bucket
@@ -81,7 +86,28 @@ class SuspectActivities:
             detail = "BookKeeper ledger exists" if exists else "no BookKeeper ledger"
         if not exists:
             return CheckSuspectResult(exists=False, detail=detail)
-        return CheckSuspectResult(exists=True, referenced_as=self._listing(request), detail=detail)
+        return CheckSuspectResult(exists=True, referenced_as=self._kept_by(request), detail=detail)
+
+    def _kept_by(self, request: PendingDeleteLedgerInfo) -> str:
+        """What keeps the suspect from being requested ("" when nothing does): a listing in our store or
+        any other cluster's, or a namespace none of them knows (it may be a cluster nobody declared; the
+        tags Pulsar writes, LedgerMetadataUtils.buildBaseManagedLedgerMetadata, name no cluster)."""
+        listed = self._listing(request, self._pulsar_metadata)
+        if listed or not self._others:
+            return listed
+        for store in self._others:
+            listed = self._listing(request, store)
+            if listed:
+                return f"{listed} in the metadata store {store.hosts} of another cluster"
+        name = request.schema_id if request.ledger_component is LedgerComponent.SCHEMA_STORAGE else None
+        namespace = namespace_of(name or request.managed_ledger_name)
+        stores = (self._pulsar_metadata, *self._others)
+        if namespace is None or not any(store.knows_namespace(namespace) for store in stores):
+            return (
+                f"namespace {namespace or name} is known to none of the {len(stores)} Pulsar metadata stores "
+                "sharing this BookKeeper: not requested"
+            )
+        return ""
 
     @activity.defn(name=SuspectStep.PUBLISH.value)
     @translate_errors
@@ -104,8 +130,8 @@ class SuspectActivities:
             self._objects.require_bucket(bucket)  # a bare 404 from a missing bucket is no "gone"
         return False, "no offloaded object left"
 
-    def _listing(self, request: PendingDeleteLedgerInfo) -> str:
-        """What in Pulsar's metadata store lists the suspect now ("" when nothing does).
+    def _listing(self, request: PendingDeleteLedgerInfo, store: PulsarMetadataStore) -> str:
+        """What in one Pulsar metadata store lists the suspect now ("" when nothing does).
 
         A record that does not decode may list it: it counts as a listing, so nothing is requested on a guess.
         """
@@ -113,25 +139,25 @@ class SuspectActivities:
         try:
             if request.ledger_component is LedgerComponent.SCHEMA_STORAGE:
                 assert request.schema_id is not None  # validated with the request
-                locator = self._pulsar_metadata.read_schema_locator(request.schema_id)
+                locator = store.read_schema_locator(request.schema_id)
                 listed = locator is not None and request.ledger_id in schema_ledger_ids(
                     parse_schema_locator(locator)
                 )
                 return f"schema {request.schema_id}" if listed else ""
             if request.ledger_component is LedgerComponent.MANAGED_CURSOR:
                 assert request.cursor_name is not None  # validated with the request
-                data = self._pulsar_metadata.read_managed_cursor(name, request.cursor_name)
+                data = store.read_managed_cursor(name, request.cursor_name)
                 if data is None:
-                    self._pulsar_metadata.confirm_managed_ledgers_root()  # "no cursor" in the wrong store
+                    store.confirm_managed_ledgers_root()  # "no cursor" in the wrong store
                 listed = (
                     bool(data) and parse_managed_cursor_info(data or b"").cursorsLedgerId == request.ledger_id
                 )
                 return f"cursor {request.cursor_name} of {name}" if listed else ""
-            data = self._pulsar_metadata.read_managed_ledger(name)
+            data = store.read_managed_ledger(name)
             if data is None:
                 # No record proves nothing in a store without /managed-ledgers (a wrong chroot): raises
                 # PulsarMetadataNotFound, retried, rather than requesting what another store may list.
-                self._pulsar_metadata.confirm_managed_ledgers_root()
+                store.confirm_managed_ledgers_root()
                 return ""
             for info in parse_managed_ledger_info(data).ledgerInfo:
                 if info.ledgerId != request.ledger_id:

@@ -32,7 +32,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -50,14 +50,17 @@ from temporalio.worker import Worker
 
 from activities.reconcile_job import ReconcileJobActivities
 from activities.watch import SuspectActivities
-from ledger_deletion import connections
+from ledger_deletion import connections, tripwire
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
 from ledger_deletion.errors import PulsarMetadataNotFound
+from ledger_deletion.formats.bk_metadata import LedgerMetadata
 from ledger_deletion.observability import logs, metrics, redaction
+from ledger_deletion.request import LedgerComponent
 from ledger_deletion.settings import Settings
+from ledger_deletion.shared_bookkeeper import namespace_of
 from ledger_deletion.submit import RequestPublisher
 from ledger_deletion.temporal_client import connect_temporal
 from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, ROOTS, classify
@@ -92,6 +95,7 @@ class WatchStats:
     znodes_read: int = 0  # by the watch itself, not by resyncs
     suspects: int = 0  # suspect workflows started (or found running: the server does not say which)
     rejected: int = 0  # suspects whose request the service would refuse (logged)
+    unknown_namespace: int = 0  # resync suspects left out: a namespace no store knows (or tripwire tripped)
 
     def zk_requests(self, *reads: ZkReads) -> int:
         return sum(r.requests for r in reads)
@@ -107,7 +111,13 @@ class Watcher:
         metadata_zk: KazooClient,
         bk_zk: KazooClient,
         identifier: str | None = None,
+        *,
+        others: Sequence[KazooClient] = (),
+        tripwire_id: str | None = None,
     ) -> None:
+        """``others``: sessions on the metadata stores of the other Pulsar clusters sharing this BookKeeper
+        (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH); ``tripwire_id``: with ``none``, the shared-BookKeeper
+        tripwire's schedule (:mod:`ledger_deletion.tripwire`). Neither: no namespace check (the benchmark)."""
         self.settings = settings
         self.identifier = identifier or f"{socket.gethostname()}-{os.getpid()}"
         self.stats = WatchStats()
@@ -117,6 +127,9 @@ class Watcher:
         self._zk = metadata_zk
         self.reads = ZkReads(metadata_zk)
         self.bk_reads = ZkReads(bk_zk)
+        self.other_reads = [ZkReads(zk) for zk in others]
+        self._tripwire_id = tripwire_id
+        self._unknown_logged: set[str] = set()
         self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watches = PersistentWatches(metadata_zk, self._on_event)
@@ -250,13 +263,18 @@ class Watcher:
         fresh = await asyncio.to_thread(read_pulsar_metadata, self.reads)
         had_records = self.snapshot.records > 0
         store_found = await asyncio.to_thread(self.reads.exists, MANAGED_LEDGERS_ROOT)
+        # Listed in any cluster's store keeps a ledger: the tags name no cluster and every cluster sharing
+        # this BookKeeper draws ids from its one generator (issue 39; PulsarClusterMetadataSetup
+        # --existing-bk-metadata-service-uri).
+        others = [await asyncio.to_thread(read_pulsar_metadata, reads) for reads in self.other_reads]
         suspects = await asyncio.to_thread(self.snapshot.resync, fresh)
-        ids = await asyncio.to_thread(unreferenced, listed, self.snapshot)
+        ids = await asyncio.to_thread(unreferenced, listed, self.snapshot, others)
         metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
         if not store_found and (had_records or pulsar_tagged(metadata)):
             raise PulsarMetadataNotFound(_no_store(self.settings, pulsar_tagged(metadata)))
         known = {s.key for s in suspects}
-        suspects += await asyncio.to_thread(unreferenced_suspects, metadata, self.snapshot, known)
+        found = await asyncio.to_thread(unreferenced_suspects, metadata, self.snapshot, known, others)
+        suspects += await self._known_namespaces(found, metadata)
         await self._start(suspects)
         self.stats.resyncs += 1  # done: its suspects' workflows started
         period = self.settings.watch_resync_seconds
@@ -269,6 +287,73 @@ class Watcher:
             len(suspects),
             time.monotonic() - began,
         )
+
+    async def _known_namespaces(
+        self, suspects: list[Suspect], metadata: Mapping[int, LedgerMetadata]
+    ) -> list[Suspect]:
+        """The unreferenced suspects whose namespace a store knows (``/managed-ledgers/<namespace>``, as
+        ``PulsarMetadataStore.knows_namespace``), and the others unless they must wait.
+
+        With other stores declared, a namespace none knows may be a cluster nobody declared: left out. With
+        ``none``, a recent ledger of an unknown namespace (``tripwire.is_evidence``) is another writer's:
+        it trips the tripwire, and while it is tripped (or cannot be read) no unknown namespace's ledger is
+        requested. One log line per namespace; counted in ``stats.unknown_namespace``.
+        """
+        if not self.other_reads and self._tripwire_id is None:
+            return suspects
+        groups: dict[str, list[Suspect]] = {}
+        for one in suspects:
+            request = one.request
+            name = request.schema_id if request.ledger_component is LedgerComponent.SCHEMA_STORAGE else None
+            groups.setdefault(namespace_of(name or request.managed_ledger_name) or "", []).append(one)
+        out: list[Suspect] = []
+        unknown: dict[str, list[Suspect]] = {}
+        for namespace, group in groups.items():
+            known = await asyncio.to_thread(self._knows, namespace) if namespace else False
+            if known:
+                out += group
+            else:
+                unknown[namespace] = group
+        if not unknown:
+            return out
+        why = "known to none of the Pulsar metadata stores sharing this BookKeeper"
+        if self._tripwire_id is not None:
+            try:
+                for namespace, group in unknown.items():
+                    await self._trip_if_recent(self._tripwire_id, namespace, group, metadata)
+                state = await tripwire.read(self._temporal, self._tripwire_id)
+            except Exception as exc:  # Temporal out of reach: wait for the next resync, requesting none
+                log.warning("shared BookKeeper tripwire unreadable: %s", _describe(exc))
+                why = "not this cluster's, and the shared-BookKeeper tripwire could not be read"
+            else:
+                if not state.tripped:
+                    return out + [one for group in unknown.values() for one in group]
+                why = f"not this cluster's, and the shared-BookKeeper tripwire is {state.describe()}"
+        for namespace, group in unknown.items():
+            self.stats.unknown_namespace += len(group)
+            if namespace not in self._unknown_logged:
+                self._unknown_logged.add(namespace)
+                log.warning("not requested: ledgers of namespace %s, %s", namespace or "(unnamed)", why)
+        return out
+
+    def _knows(self, namespace: str) -> bool:
+        path = f"{MANAGED_LEDGERS_ROOT}/{namespace}"
+        return any(reads.exists(path) for reads in (self.reads, *self.other_reads))
+
+    async def _trip_if_recent(
+        self, tripwire_id: str, namespace: str, group: list[Suspect], metadata: Mapping[int, LedgerMetadata]
+    ) -> None:
+        now = time.time()
+        for one in group:
+            md = metadata.get(one.request.ledger_id)
+            if md is None:
+                continue  # a diff's suspect: it was listed in our store, no evidence of another writer
+            created = md.ctime if md.ctime is not None else now * 1000  # no ctime: taken as recent
+            if tripwire.is_evidence(created, now):
+                who = f"ledger-deletion watch {self.identifier}"
+                seen = tripwire.Evidence(namespace, one.request.ledger_id, int(created), who)
+                await tripwire.trip(self._temporal, tripwire_id, seen, who)
+                return
 
     async def _next_round(self) -> dict[str, EventKind]:
         """The znodes changed since the last round, each with its last event (at most MAX_ROUND)."""
@@ -407,7 +492,15 @@ async def run_watcher(
             _auth(connections.zookeeper_digest(settings)),
             connections.zookeeper_security(settings),
         )
-        for zk in (metadata_zk, bk_zk):
+        # Who else writes to this BookKeeper: raises ConfigurationError when the setting is unset (the CLI
+        # refuses that before, WATCH_REQUIRES).
+        shared = settings.shared_bookkeeper
+        reader = (
+            _auth(connections.zookeeper_digest(settings, pulsar_metadata=True)),
+            connections.zookeeper_security(settings, pulsar_metadata=True),
+        )
+        other_zks = [kazoo_client(hosts, timeout, *reader) for hosts in shared.other_stores]
+        for zk in (metadata_zk, bk_zk, *other_zks):
             await asyncio.to_thread(zk.start, timeout)
             stack.callback(zk.close)
             stack.callback(zk.stop)
@@ -426,6 +519,17 @@ async def run_watcher(
             connections.zookeeper_security(settings, pulsar_metadata=True),
         )
         stack.callback(pulsar_metadata.close)
+        other_metadata = [
+            PulsarMetadataStore(
+                hosts,
+                timeout,
+                connections.zookeeper_digest(settings, pulsar_metadata=True),
+                connections.zookeeper_security(settings, pulsar_metadata=True),
+            )
+            for hosts in shared.other_stores
+        ]
+        for other in other_metadata:
+            stack.callback(other.close)
         publisher = RequestPublisher(settings)
         stack.callback(publisher.close)
         threads = settings.watch_concurrency + 1  # the scheduled reconcile holds one while its job runs
@@ -441,6 +545,7 @@ async def run_watcher(
             objects,
             settings.offload_bucket,
             settings.s3_endpoint_alias_list,
+            other_metadata,
         )
         reconcile = ReconcileJobActivities(os.environ)
         executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="watch")
@@ -457,7 +562,15 @@ async def run_watcher(
         )
         if settings.reconcile_schedule:
             await ensure_reconcile_schedule(temporal, settings)
-        watcher = Watcher(settings, temporal, metadata_zk, bk_zk, identifier)
+        watcher = Watcher(
+            settings,
+            temporal,
+            metadata_zk,
+            bk_zk,
+            identifier,
+            others=other_zks,
+            tripwire_id=tripwire.tripwire_id(settings.task_queue_prefix) if shared.alone else None,
+        )
         worker_task = asyncio.create_task(worker.run())
         watch_task = asyncio.create_task(watcher.run(stop))
         if started is not None and not started.done():

@@ -18,7 +18,7 @@ itself): an offload that left while the watcher was away is for the scheduled re
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.bk_metadata import (
@@ -41,9 +41,12 @@ MANAGED_LEDGER_COMPONENT = "managed-ledger"  # LedgerMetadataUtils: data and cur
 SCHEMA_COMPONENT = "schema"
 
 
-def unreferenced(listed: Iterable[int], snapshot: Snapshot) -> list[int]:
-    """The listed ledger ids no record of ``snapshot`` references, in order."""
+def unreferenced(listed: Iterable[int], snapshot: Snapshot, others: Sequence[Snapshot] = ()) -> list[int]:
+    """The listed ledger ids no record of ``snapshot`` (nor of ``others``: the metadata stores of the other
+    Pulsar clusters sharing this BookKeeper; listed in any keeps it) references, in order."""
     referenced = snapshot.bk_referenced()
+    for other in others:
+        referenced |= other.bk_referenced()
     return sorted(ledger_id for ledger_id in listed if ledger_id not in referenced)
 
 
@@ -58,11 +61,14 @@ def unreferenced_suspects(
     metadata: Mapping[int, LedgerMetadata],
     snapshot: Snapshot,
     known: Collection[tuple[LedgerType, int]] = (),
+    others: Sequence[Snapshot] = (),
 ) -> list[Suspect]:
     """Suspects of unreferenced ledgers (their metadata by id), but those ``known`` already
     (``(ledger type, id)``: suspects the diff of the same resync found) and those not Pulsar's to request:
     another application's, compacted-topic ledgers (no request names them), or younger than what their
-    owner lists. Suspects the service would refuse are described in ``snapshot.rejected``."""
+    owner lists (in any store of ``others`` too: the lowest of their newest bounds it). Suspects the service
+    would refuse are described in ``snapshot.rejected``."""
+    stores = (snapshot, *others)
     out: list[Suspect] = []
     for ledger_id, md in sorted(metadata.items()):
         if (LedgerType.LEDGER, ledger_id) in known or md.custom(CUSTOM_APPLICATION) != PULSAR:
@@ -70,9 +76,9 @@ def unreferenced_suspects(
         component = md.custom(CUSTOM_COMPONENT)
         try:
             if component == MANAGED_LEDGER_COMPONENT:
-                found = _managed_ledger_suspect(ledger_id, md, snapshot)
+                found = _managed_ledger_suspect(ledger_id, md, stores)
             elif component == SCHEMA_COMPONENT:
-                found = _schema_suspect(ledger_id, md, snapshot)
+                found = _schema_suspect(ledger_id, md, stores)
             else:
                 continue
         except (InvalidRequestError, ValueError) as exc:
@@ -83,7 +89,16 @@ def unreferenced_suspects(
     return out
 
 
-def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapshot) -> Suspect | None:
+def _bound(newest: Iterable[int | None]) -> int | None:
+    """The bound of "newer than listed" across the stores with a record of the owner (None: none has one).
+
+    The lowest, as the service's ``activities/bookkeeper.py`` ``_bound``: a geo-replicated topic's ledger
+    may be any of its clusters' rollover under way, settled only once it is below what each of them lists.
+    """
+    return min((n for n in newest if n is not None), default=None)
+
+
+def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, stores: Sequence[Snapshot]) -> Suspect | None:
     ml_name = md.custom(CUSTOM_MANAGED_LEDGER)
     if not ml_name:
         return None
@@ -91,8 +106,7 @@ def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapsh
     # A cursor switching ledgers stores the new one after creating it (ManagedCursorImpl
     # #createNewMetadataLedger -> switchToNewLedger); a cursor with no ledger stored (a new one, or one that
     # keeps its position inline) is judged by its managed ledger's newest ledger, as a data ledger is.
-    stored = snapshot.cursors.get((ml_name, cursor), -1) if cursor else -1
-    newest = stored if stored >= 0 else snapshot.newest_listed(ml_name)
+    newest = _bound(_newest_of_cursor(store, ml_name, cursor) for store in stores)
     if newest is not None and ledger_id > newest:
         return None  # newer than anything its owner lists: not stored yet, or being created
     return suspect(
@@ -105,11 +119,16 @@ def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapsh
     )
 
 
-def _schema_suspect(ledger_id: int, md: LedgerMetadata, snapshot: Snapshot) -> Suspect | None:
+def _newest_of_cursor(store: Snapshot, ml_name: str, cursor: str | None) -> int | None:
+    stored = store.cursors.get((ml_name, cursor), -1) if cursor else -1
+    return stored if stored >= 0 else store.newest_listed(ml_name)
+
+
+def _schema_suspect(ledger_id: int, md: LedgerMetadata, stores: Sequence[Snapshot]) -> Suspect | None:
     schema_id = md.custom(CUSTOM_SCHEMA_ID)
     if not schema_id:
         return None
-    newest = snapshot.newest_schema_ledger(schema_id)
+    newest = _bound(store.newest_schema_ledger(schema_id) for store in stores)
     if newest is not None and ledger_id > newest:
         return None  # a new schema version's ledger, written before the locator naming it
     return suspect(

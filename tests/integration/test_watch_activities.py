@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import Any
 
@@ -12,8 +13,13 @@ from temporalio.testing import ActivityEnvironment
 from activities.watch import SuspectActivities
 from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.object_store import ObjectStore
-from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore
-from ledger_deletion.formats.managed_ledger import ledger_info_to_request_context
+from ledger_deletion.adapters.zookeeper import LedgerStore, PulsarMetadataStore, kazoo_client
+from ledger_deletion.formats.managed_ledger import (
+    ledger_info_to_request_context,
+    managed_ledger_name,
+    serialize_managed_ledger_info,
+)
+from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.request import (
     LedgerComponent,
     LedgerInfo,
@@ -165,3 +171,43 @@ def test_the_check_refuses_a_store_without_managed_ledgers(
         finally:
             ledgers.close()
             metadata.close()
+
+
+def test_the_check_reads_every_clusters_store(stack: StackEndpoints, s3: Any, new_ledger_id: Any) -> None:
+    """With another cluster's store declared: its listing keeps a suspect, and a namespace no store knows
+    is not requested (before, both were published)."""
+    with corner(stack, s3, new_ledger_id) as c:
+        settings = c.settings
+        other_chroot = f"{c.chroot}-other"
+        root = kazoo_client(stack.zookeeper, 10.0)
+        root.start(timeout=10)
+        ledgers = LedgerStore(settings.zookeeper, settings.bk_ledgers_root, 10.0)
+        metadata = PulsarMetadataStore(settings.pulsar_metadata_hosts, 10.0)
+        other = PulsarMetadataStore(f"{stack.zookeeper}{other_chroot}", 10.0)
+        checks = SuspectActivities(ledgers, metadata, Published(), None, settings.offload_bucket, (), [other])
+        try:
+            ids = c.broker.create_topic(TOPIC, 3)
+            c.broker.trim(TOPIC, [ids[0]], bk_delete_fails=[ids[0]])
+            listed = ml_pb.ManagedLedgerInfo()
+            listed.ledgerInfo.add(ledgerId=ids[0])
+            name = managed_ledger_name(TOPIC)
+            root.create(
+                f"{other_chroot}/managed-ledgers/{name}", serialize_managed_ledger_info(listed), makepath=True
+            )
+            result = checks.check_suspect(CheckSuspectInput(data(ids[0])))
+            assert result.exists and "of another cluster" in result.referenced_as
+            root.set(
+                f"{other_chroot}/managed-ledgers/{name}",
+                serialize_managed_ledger_info(ml_pb.ManagedLedgerInfo()),
+            )
+            assert checks.check_suspect(CheckSuspectInput(data(ids[0]))).referenced_as == ""
+            stranger = replace(data(ids[0]), topic_name="nobody/knows/this")
+            assert "known to none" in checks.check_suspect(CheckSuspectInput(stranger)).referenced_as
+        finally:
+            ledgers.close()
+            metadata.close()
+            other.close()
+            with contextlib.suppress(Exception):
+                root.delete(other_chroot, recursive=True)
+            root.stop()
+            root.close()
