@@ -65,3 +65,25 @@ def test_a_worker_without_its_endpoints_names_each_and_exits_2() -> None:
         "sharing this BookKeeper, see docs/deployment.md#shared-bookkeeper); "
         'for the embedded stack run: eval "$(ledger-deletion stack env)"\n'
     )
+
+
+def test_watch_without_the_shared_bookkeeper_declaration_refuses() -> None:
+    """``watch`` requests deletes: with every endpoint set, it still refuses without being told who else
+    writes to this BookKeeper (issue 39: the setting is required by every process that can request one)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LEDGER_DELETION_", "TEMPORAL_"))}
+    env |= {
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",
+        "LEDGER_DELETION_ZOOKEEPER": "127.0.0.1:1",
+        "LEDGER_DELETION_PULSAR_URL": "pulsar://127.0.0.1:1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "from ledger_deletion.cli import main; main()", "watch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: missing settings: LEDGER_DELETION_BOOKKEEPER_SHARED_WITH ("), (
+        done.stderr
+    )
