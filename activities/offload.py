@@ -81,6 +81,8 @@ class OffloadActivities:
             deleted_keys=found.urls,
             reason=_versions_kept(markers & found.versioned),
             bytes=found.bytes,
+            sizes=found.sizes,
+            etags=found.etags,
         )
 
     @activity.defn(name="inspect_offload_segment")
@@ -103,6 +105,8 @@ class OffloadActivities:
             Outcome.WOULD_DELETE,
             keys=found.urls,
             bytes=found.bytes,
+            sizes=found.sizes,
+            etags=found.etags,
             reason=f"would delete {len(found.urls)} object(s), {found.bytes} bytes by HEAD{kept}",
         )
 
@@ -127,6 +131,8 @@ class OffloadActivities:
                 return _Found(refused=f"s3://{bucket}/{key} {problem}; nothing deleted")
             found.existing[bucket].append(key)
             found.bytes += head.size
+            found.sizes[f"s3://{bucket}/{key}"] = head.size
+            found.etags[f"s3://{bucket}/{key}"] = head.etag
         # HEAD answers a bare 404 for a missing bucket too: before a bucket's keys count as deleted, make sure
         # the bucket is really there (a wrong bucket or endpoint raises BucketNotFound, and the request is
         # dead-lettered instead of acked with its objects left behind).
@@ -212,6 +218,8 @@ class _Found:
     versioned: set[tuple[str, str]] = field(default_factory=set)  # a delete keeps their bytes
     bytes: int = 0
     refused: str = ""  # SKIPPED_METADATA_MISMATCH's reason
+    sizes: dict[str, int] = field(default_factory=dict)  # by s3:// URL, from HEAD
+    etags: dict[str, str] = field(default_factory=dict)
 
     @property
     def urls(self) -> list[str]:

@@ -359,6 +359,10 @@ class DeleteOffloadResult:
     deleted_keys: list[str] = field(default_factory=list)
     reason: str = ""
     bytes: int = 0  # the deleted objects' sizes, from HEAD
+    # Each deleted object's size and ETag by s3:// URL, as HEAD saw them before the delete: the audit log's
+    # evidence of which bytes went.
+    sizes: dict[str, int] = field(default_factory=dict)
+    etags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -369,6 +373,8 @@ class InspectOffloadResult:
     keys: list[str] = field(default_factory=list)  # s3://bucket/key of each object it would delete
     bytes: int = 0
     reason: str = ""
+    sizes: dict[str, int] = field(default_factory=dict)  # as DeleteOffloadResult's
+    etags: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

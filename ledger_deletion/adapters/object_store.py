@@ -41,6 +41,7 @@ class ObjectHead:
     # The version HEAD saw, in a bucket that has (or had) versioning; "null" for an object written while
     # versioning was off or suspended; None in a bucket that never had versioning.
     version_id: str | None = None
+    etag: str = ""  # as S3 sends it (quoted); the audit log keeps it as evidence of which bytes went
 
     @property
     def versioned(self) -> bool:
@@ -89,6 +90,7 @@ class ObjectStore:
             size=int(response.get("ContentLength", 0)),
             metadata=dict(response.get("Metadata", {})),
             version_id=response.get("VersionId"),
+            etag=str(response.get("ETag", "")),
         )
 
     def require_bucket(self, bucket: str) -> None:

@@ -135,14 +135,30 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     )
     publisher.publish(foreign)
     garbage_id = publisher.publish_raw(b"\x00 not avro")
+    offloaded_id, current = cluster.new_ledger_ids(2)
+    offload_topic = cluster.create_topic(
+        f"{namespace}/offloaded",
+        [offloaded_id, current],
+        offloaded=[offloaded_id],
+        bookkeeper_deleted=[offloaded_id],
+    )
+    (offload,) = cluster.requests_for_trim(offload_topic.name, [offloaded_id])
+    cluster.remove_ledgers_from_metadata(offload_topic.name, [offloaded_id])
+    assert offload.ledger_type is LedgerType.OFFLOAD_LEDGER
+    publisher.publish(offload)
     done = await wait_for_result(temporal_client, deleted.workflow_id, timeout=120)
     kept = await wait_for_result(temporal_client, foreign.workflow_id, timeout=120)
-    assert (done.outcome, kept.outcome) == (Outcome.DELETED, Outcome.SKIPPED_NOT_PULSAR)
+    objects = await wait_for_result(temporal_client, offload.workflow_id, timeout=120)
+    assert (done.outcome, kept.outcome, objects.outcome) == (
+        Outcome.DELETED,
+        Outcome.SKIPPED_NOT_PULSAR,
+        Outcome.DELETED,
+    )
 
     store = AuditStore.from_settings(settings)
     records = read(store, AuditQuery(namespace=namespace))
     by_ledger = {r.ledger_id: r for r in records}
-    assert sorted(by_ledger) == sorted([ids[0], foreign_id])  # one record each: acked once, written once
+    assert sorted(by_ledger) == sorted([ids[0], foreign_id, offloaded_id])  # acked once, written once each
     record = by_ledger[ids[0]]
     description = await temporal_client.get_workflow_handle(deleted.workflow_id).describe()
     assert (record.workflow_id, record.run_id) == (deleted.workflow_id, description.run_id)
@@ -160,6 +176,12 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     assert record.deleted_at is not None and record.decided_at is not None
     assert record.bytes == done.bytes
     assert (by_ledger[foreign_id].outcome, by_ledger[foreign_id].source) == ("SKIPPED_NOT_PULSAR", "submit")
+    # An offload's objects: each key with its size and ETag as HEAD saw them before the delete.
+    segment = by_ledger[offloaded_id]
+    deleted_objects = json.loads(segment.evidence)["delete_offload_segment"]
+    assert sorted(deleted_objects["etags"]) == sorted(segment.keys) == sorted(objects.deleted_keys)
+    assert all(etag.strip('"') for etag in deleted_objects["etags"].values())
+    assert sum(deleted_objects["sizes"].values()) == segment.bytes == objects.bytes > 0
 
     # The ingest's own dead letter (a payload that does not decode) has its record too.
     (garbage,) = [r for r in read(store, AuditQuery(outcome="DEAD_LETTERED")) if r.message_id == garbage_id]
@@ -189,4 +211,5 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
         timeout=120,
         check=True,
     )
-    assert [(r["ledger_id"], r["outcome"]) for r in json.loads(shown.stdout)] == [(ids[0], "DELETED")]
+    shown_records = sorted((r["ledger_id"], r["outcome"]) for r in json.loads(shown.stdout))
+    assert shown_records == sorted([(ids[0], "DELETED"), (offloaded_id, "DELETED")])
