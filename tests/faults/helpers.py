@@ -8,6 +8,7 @@ import uuid
 from collections.abc import AsyncIterator
 
 from devstack.faults import PoolSet, S3FaultProxy
+from devstack.soak import peer_store
 from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, Stack, StackEndpoints
 from ledger_deletion.settings import POOLS, Settings
 
@@ -36,6 +37,8 @@ def make_fault_settings(endpoints: StackEndpoints, proxy: S3FaultProxy) -> Setti
         # pulsar-lite can stop feeding a consumer part-way through a big backlog: a fresh one soon takes over.
         ingest_resubscribe_idle_seconds=3,
         shutdown_grace_seconds=2,
+        # A second Pulsar cluster shares the BookKeeper in every batch (run_batch's peer), its store declared.
+        bookkeeper_shared_with=peer_store(endpoints.zookeeper),
     )
 
 

@@ -20,7 +20,16 @@ from temporalio.client import Client
 from devstack.broker_state import EmulatorControl
 from devstack.cluster import SimulatedCluster
 from devstack.faults import count_redeliverable, read_dead_letters
-from devstack.soak import Batch, build_batch, publish_batch, replay_kept, run_marks, settle, wait_quiet
+from devstack.soak import (
+    PEER_ROOT,
+    Batch,
+    build_batch,
+    publish_batch,
+    replay_kept,
+    run_marks,
+    settle,
+    wait_quiet,
+)
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
@@ -82,8 +91,13 @@ async def run_batch(
     applied as the requests are sent; their requests are kept for replay, then replayed once the owner's
     next store write lands (``replay_kept``), and must delete. ``before_publish`` sees the built batch."""
     rng = random.Random(seed)
+    # The other Pulsar cluster on the same BookKeeper (declared in the fault settings): none of its ledgers
+    # may go, whatever the fault.
+    peer = SimulatedCluster(cluster.zk, cluster.s3, bucket=cluster.bucket, metadata_root=PEER_ROOT)
     batch = await asyncio.to_thread(
-        functools.partial(build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units, diverge=diverge)
+        functools.partial(
+            build_batch, cluster, f"fault/{uuid.uuid4().hex[:8]}", rng, units, diverge=diverge, peer=peer
+        )
     )
     if before_publish is not None:
         await asyncio.to_thread(before_publish, batch)

@@ -53,6 +53,16 @@ DELETE_OUTCOMES = frozenset({Outcome.DELETED, Outcome.ALREADY_DELETED})
 MISMATCH_OUTCOMES = frozenset({Outcome.SKIPPED_METADATA_MISMATCH, Outcome.SKIPPED_NOT_PULSAR})
 IN_USE_OUTCOMES = frozenset({Outcome.SKIPPED_IN_USE})
 REPLAY_OUTCOMES = frozenset({Outcome.DEAD_LETTERED})  # kept for replay: the broker will not send it again
+# A ledger of the other Pulsar cluster on the shared BookKeeper: kept, however the request for it was decided
+# (its namespace known to no store; listed by the other cluster's store, so kept like a store listing).
+PEER_OUTCOMES = frozenset({Outcome.SKIPPED_UNKNOWN_NAMESPACE, Outcome.SKIPPED_IN_USE, Outcome.DEAD_LETTERED})
+# Where the other cluster's metadata store is, in the same ZooKeeper: its own chroot.
+PEER_ROOT = "/peer-cluster"
+
+
+def peer_store(zookeeper: str, root: str = PEER_ROOT) -> str:
+    """``LEDGER_DELETION_BOOKKEEPER_SHARED_WITH`` for a peer cluster at ``root`` of ``zookeeper``."""
+    return f"{zookeeper}{root}"
 
 
 # --- workload -----------------------------------------------------------------------------------------------
@@ -63,7 +73,9 @@ class Expectation:
     """What must become of one request (one workflow id), and of the storage it names."""
 
     request: PendingDeleteLedgerInfo
-    kind: str  # "delete" | "in_use" | "replay" (kept, dead-lettered, deleted once replayed) | "mismatch"
+    # "delete" | "in_use" | "replay" (kept, dead-lettered, deleted once replayed) | "mismatch" | "peer" (the
+    # other cluster's ledger: kept)
+    kind: str
     outcomes: frozenset[Outcome]
     ledgers: set[int] = field(default_factory=set)  # BK ledgers it must delete (delete) or keep (others)
     objects: list[tuple[str, str]] = field(default_factory=list)  # offloaded objects, likewise
@@ -139,7 +151,13 @@ class Batch:
 
 
 def build_batch(
-    cluster: SimulatedCluster, namespace: str, rng: random.Random, units: int = 4, *, diverge: bool = False
+    cluster: SimulatedCluster,
+    namespace: str,
+    rng: random.Random,
+    units: int = 4,
+    *,
+    diverge: bool = False,
+    peer: SimulatedCluster | None = None,
 ) -> Batch:
     """A mixed batch: every unit is a partitioned-looking topic with trims, races and forged requests.
 
@@ -151,7 +169,12 @@ def build_batch(
       whose store write failed (``Batch.divergences``): must be kept, dead-lettered for replay;
     * forged requests: another topic's live ledger, a cursor ledger claimed as data, a schema ledger of
       another schema, a ledger of another application (all must be kept);
-    * one undecodable payload.
+    * one undecodable payload;
+    * with ``peer``, a second Pulsar cluster on the same BookKeeper (its metadata store in a chroot of its
+      own, declared in ``LEDGER_DELETION_BOOKKEEPER_SHARED_WITH``): a geo-replicated topic of the unit's name
+      with a ledger drawn before ours (below our newest) and its newest after ours, and a topic in a
+      namespace only it has; a request for one ledger of each (the older one of the shared name), as a mark
+      phase or a reconcile that did not know of it would send: all of its ledgers must be kept.
     """
     batch = Batch(cluster, namespace)
     other = f"{namespace}/other"
@@ -165,6 +188,10 @@ def build_batch(
     batch.keep_ledgers |= set(schema_ledgers)
     for unit in range(units):
         topic = f"{namespace}/t{unit}-partition-{rng.randrange(4)}"
+        # The other cluster's ledger of this topic drawn before ours (below our newest, as a geo-replicated
+        # topic's are), and its newest after ours: it keeps rolling (a newest below our trims would rightly
+        # hold them until it rolls past, the workflow's newer-than-listed bound across stores).
+        peer_ids = peer.new_ledger_ids(1) if peer is not None else []
         trimmed = cluster.new_ledger_ids(3)
         diverged = cluster.new_ledger_ids(1) if diverge else []
         late, failed, live, cursor_ledger, foreign = cluster.new_ledger_ids(5)
@@ -237,7 +264,22 @@ def build_batch(
             if request.workflow_id not in batch.expectations:
                 batch.expect(Expectation(request, "mismatch", MISMATCH_OUTCOMES, ledgers={request.ledger_id}))
         batch.garbage.append(b"\x00garbage-" + uuid.uuid4().bytes + bytes([unit]))
+        if peer is not None:
+            peer_ids += peer.new_ledger_ids(1)
+            _peer_unit(batch, peer, topic, peer_ids, f"{namespace}-peer/t{unit}")
     return batch
+
+
+def _peer_unit(batch: Batch, peer: SimulatedCluster, topic: str, ids: list[int], only_theirs: str) -> None:
+    """The other cluster's share of a unit: ``topic`` geo-replicated there with ``ids``, and a topic of a
+    namespace only it has; a request for a ledger of each, which must keep every one of its ledgers."""
+    peer.create_topic(topic, ids)
+    theirs = peer.new_ledger_ids(2)
+    peer.create_topic(only_theirs, theirs)
+    batch.keep_ledgers |= {*ids, *theirs}
+    for name, ledger in ((topic, ids[0]), (only_theirs, theirs[0])):
+        request = PendingDeleteLedgerInfo(name, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, ledger)
+        batch.expect(Expectation(request, "peer", PEER_OUTCOMES, ledgers={ledger}))
 
 
 def publish_batch(batch: Batch, publisher: RequestPublisher, rng: random.Random | None = None) -> int:
@@ -543,6 +585,7 @@ class SoakCounts:
     kept_in_use: int = 0
     kept_for_replay: int = 0  # kept, dead-lettered, then deleted when the round replayed them
     kept_mismatch: int = 0
+    kept_other_cluster: int = 0  # the second cluster's ledgers requested: kept
     dead_lettered: int = 0
     unacked: int = 0
     wrongly_deleted: int = 0
@@ -555,7 +598,8 @@ class SoakCounts:
         return (
             f"requests={self.requests} deleted={self.deleted} kept_in_use={self.kept_in_use} "
             f"kept_for_replay={self.kept_for_replay} kept_mismatch={self.kept_mismatch} "
-            f"dead_lettered={self.dead_lettered} unacked={self.unacked} "
+            f"kept_other_cluster={self.kept_other_cluster} dead_lettered={self.dead_lettered} "
+            f"unacked={self.unacked} "
             f"wrongly_deleted={self.wrongly_deleted} left_orphaned={self.left_orphaned}"
         )
 
@@ -591,6 +635,8 @@ def soak_settings(endpoints: StackEndpoints, proxy_url: str, run_id: str) -> Set
         in_use_recheck_seconds=1.5,
         ack_schedule_to_start_seconds=5,
         shutdown_grace_seconds=3,
+        # A second Pulsar cluster writes to the same BookKeeper (build_batch's peer), its store declared.
+        bookkeeper_shared_with=peer_store(endpoints.zookeeper),
     )
 
 
@@ -602,19 +648,21 @@ async def run_soak(
     units: int = 3,
     faults: frozenset[str] = frozenset(),
     echo: Callable[[str], None] = print,
+    keep_stack: bool = False,
 ) -> SoakCounts:
     from temporalio.client import Client
 
     from devstack.broker_state import EmulatorControl
     from devstack.cluster import SimulatedCluster
     from devstack.faults import PoolSet, S3FaultProxy, ServiceControl, count_redeliverable, read_dead_letters
-    from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, Stack
+    from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, SERVICES, Stack
     from ledger_deletion.submit import RequestPublisher
 
     seed = seed if seed is not None else random.randrange(2**32)
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
     stack = Stack(state_dir, soak_ports())
+    was_running = any(stack.pid(service) is not None for service in SERVICES)
     endpoints = await asyncio.to_thread(stack.up)
     proxy = S3FaultProxy(endpoints.s3_endpoint, port=soak_proxy_port()).start()
     settings = soak_settings(endpoints, proxy.url, run_id)
@@ -637,11 +685,12 @@ async def run_soak(
         while time.monotonic() < deadline:
             round_no += 1
             cluster = SimulatedCluster(zk, s3, bucket=endpoints.offload_bucket)
+            peer = SimulatedCluster(zk, s3, bucket=endpoints.offload_bucket, metadata_root=PEER_ROOT)
             fault = kit.random_fault(faults)
             diverge = fault == kit.owner_and_store_disagree
             batch = await asyncio.to_thread(
                 functools.partial(
-                    build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units, diverge=diverge
+                    build_batch, cluster, f"soak-{run_id}/r{round_no}", rng, units, diverge=diverge, peer=peer
                 )
             )
             kit.batch = batch
@@ -673,6 +722,8 @@ async def run_soak(
                     counts.kept_in_use += 1
                 elif exp.kind == "replay":
                     counts.kept_for_replay += 1
+                elif exp.kind == "peer":
+                    counts.kept_other_cluster += 1
                 else:
                     counts.kept_mismatch += 1
             if batch.divergences and results:
@@ -706,6 +757,9 @@ async def run_soak(
     counts.dead_lettered = len(await asyncio.to_thread(read_dead_letters, settings, 3.0))
     zk.stop()
     zk.close()
+    if not (keep_stack or was_running):
+        # A private stack is the soak's own: stopped with it (one it found running is left as it was).
+        await asyncio.to_thread(stack.down)
     echo(
         f"rounds={round_no} unexpected_outcomes={counts.unexpected_outcomes} stuck_workflows={counts.stuck} "
         f"injector_errors={counts.injector_errors} "
@@ -721,8 +775,13 @@ def soak(
     seed: int | None = None,
     units: int = 3,
     faults: str = "",
+    keep_stack: bool = False,
 ) -> None:
     """Run a mixed workload with random faults for MINUTES on a private stack; print the invariants' counts.
+
+    Every round also has a second Pulsar cluster write to the same BookKeeper (its metadata store in a
+    chroot of its own, declared in LEDGER_DELETION_BOOKKEEPER_SHARED_WITH) and requests some of its ledgers:
+    none may be deleted. The private stack is stopped at the end unless --keep-stack (or it was running).
 
     Faults, one per round: kill -9 of a pool (workflow, pulsar, bookkeeper, offload), the pulsar pool killed
     between start and ack, ZooKeeper stopped for seconds, S3 answering 500/503/SlowDown, S3 unreachable,
@@ -742,7 +801,9 @@ def soak(
         print(f"{time.strftime('%H:%M:%S')} {text}" if not text.startswith("requests=") else text, flush=True)
 
     only = frozenset(name.strip() for name in faults.split(",") if name.strip())
-    counts = asyncio.run(run_soak(minutes, directory, seed=seed, units=units, faults=only, echo=echo))
+    counts = asyncio.run(
+        run_soak(minutes, directory, seed=seed, units=units, faults=only, echo=echo, keep_stack=keep_stack)
+    )
     if counts.wrongly_deleted or counts.left_orphaned or counts.unacked:
         raise typer.Exit(1)
 
@@ -758,8 +819,11 @@ def soak_cli(
         str,
         typer.Option(help="Only these faults, comma-separated (FaultKit method names, e.g. kill_pool)."),
     ] = "",
+    keep_stack: Annotated[
+        bool, typer.Option(help="Leave the private stack running at the end (to look at its workflows).")
+    ] = False,
 ) -> None:
-    soak(minutes, state_dir, seed, units, faults)
+    soak(minutes, state_dir, seed, units, faults, keep_stack)
 
 
 soak_cli.__doc__ = soak.__doc__
