@@ -110,6 +110,7 @@ class BookKeeperReadActivities:
                 reason,
                 metadata_format_version=metadata.format_version,
                 length=metadata.length,
+                tags=_tags(metadata),
             )
         schema_referenced = bk_copy_released = False
         newest = -1
@@ -135,6 +136,7 @@ class BookKeeperReadActivities:
             age_seconds=max(0.0, time.time() - created_ms / 1000),
             newest_listed=max(newest, listed_newest),
             unknown_namespace=unknown_namespace,
+            tags=_tags(metadata),
         )
 
     def _store_listing(self, request: PendingDeleteLedgerInfo) -> tuple[str, int]:
@@ -476,6 +478,15 @@ def _bound(newest: Sequence[int]) -> int:
 def _released(entry: ml_pb.ManagedLedgerInfo.LedgerInfo) -> bool:
     context = entry.offloadContext
     return entry.HasField("offloadContext") and context.complete and context.bookkeeperDeleted
+
+
+def _tags(metadata: LedgerMetadata) -> dict[str, str]:
+    """The ledger's custom metadata as text, for the audit log's evidence; bounded, since a ledger written by
+    another application may carry anything there (Pulsar writes four short tags)."""
+    return {
+        key[:128]: value[:256].decode("utf-8", errors="replace")
+        for key, value in sorted(metadata.custom_metadata.items())[:16]
+    }
 
 
 def judge(metadata: LedgerMetadata, request: PendingDeleteLedgerInfo) -> tuple[Verdict, str]:

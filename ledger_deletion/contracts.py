@@ -289,6 +289,9 @@ class VerifyBkMetadataResult:
     # newer than anything listed: created, and not yet written to the store. With other clusters' stores, the
     # lowest of their highest (activities.bookkeeper._bound).
     newest_listed: int = -1
+    # The ledger's custom metadata (the tags Pulsar writes: application, component, pulsar/managed-ledger,
+    # ...), as text, when its metadata parsed: what the verdict rested on, kept in the audit log's evidence.
+    tags: dict[str, str] = field(default_factory=dict)
     # With LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none: the ledger's namespace when this cluster does not have
     # it and the tripwire had not tripped (an old orphan of a namespace deleted half-way); "" otherwise.
     unknown_namespace: str = ""

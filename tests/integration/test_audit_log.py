@@ -171,11 +171,16 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     evidence = json.loads(record.evidence)
     assert evidence["verify_bk_metadata"]["verdict"] == "MATCH"
     assert evidence["verify_bk_metadata"]["znode_version"] >= 0
+    assert evidence["verify_bk_metadata"]["tags"]["application"] == "pulsar"
+    assert evidence["verify_bk_metadata"]["state"] == "CLOSED"
     assert evidence["ask_owner_broker"]["in_use"] is False
     assert evidence["delete_bk_ledger"]["status"] == "DELETED"
     assert record.deleted_at is not None and record.decided_at is not None
     assert record.bytes == done.bytes
     assert (by_ledger[foreign_id].outcome, by_ledger[foreign_id].source) == ("SKIPPED_NOT_PULSAR", "submit")
+    # What a refusal rested on: another application's tag.
+    foreign_tags = json.loads(by_ledger[foreign_id].evidence)["verify_bk_metadata"]["tags"]
+    assert foreign_tags.get("application") not in (None, "pulsar")
     # An offload's objects: each key with its size and ETag as HEAD saw them before the delete.
     segment = by_ledger[offloaded_id]
     deleted_objects = json.loads(segment.evidence)["delete_offload_segment"]
