@@ -61,9 +61,10 @@ async def suspect_started(client: Client, workflow_id: str, timeout: float = 30)
 
 
 async def read_requests(reader: TopicReader, expected: int, timeout: float) -> list[tuple[str, int]]:
-    """Everything on the topic once ``expected`` requests came (or ``timeout`` passed), and 3 s more."""
+    """Everything on the topic once requests for ``expected`` distinct ledgers came (or ``timeout`` passed),
+    and 3 s more."""
     deadline = time.monotonic() + timeout
-    while len(reader.arrived) < expected and time.monotonic() < deadline:
+    while len({a.key for a in reader.arrived}) < expected and time.monotonic() < deadline:
         await asyncio.to_thread(reader.drain, 1)
     await asyncio.to_thread(reader.drain, 3)  # anything more would be a request too many
     return reader.keys()
@@ -180,6 +181,8 @@ async def test_a_partitioned_watcher_resyncs_from_what_it_knew(
                 await seen(watcher, c.zk, ml(topic))
                 keys = await read_requests(reader, len(expected), DELAY + 2 * SLACK)
             reader.close()
-            assert keys == sorted(expected), watcher.stats
+            # Each orphan once at least: one still there at a later resync (the re-election's here) is
+            # requested again, its earlier suspect having closed (ALLOW_DUPLICATE; the service dedupes).
+            assert sorted(set(keys)) == sorted(expected), watcher.stats
     finally:
         proxy.stop()
