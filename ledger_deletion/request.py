@@ -9,15 +9,17 @@ dataclasses travel in workflow payloads, see ``contracts.py``.
 """
 
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from ledger_deletion.errors import InvalidRequestError
-from ledger_deletion.formats.offload_keys import offload_uuid
 
 MAX_LEDGER_ID = 2**63 - 1
+_U64 = 2**64 - 1
+_S64_MIN = -(2**63)
 MAX_NAME_LENGTH = 1024
 MAX_PROPERTIES = 64
 MAX_SEGMENTS = 1024
@@ -41,6 +43,19 @@ class LedgerComponent(StrEnum):
 class LedgerType(StrEnum):
     LEDGER = "LEDGER"
     OFFLOAD_LEDGER = "OFFLOAD_LEDGER"
+
+
+def offload_uuid(msb: int, lsb: int) -> str:
+    """``new UUID(msb, lsb).toString()``: the two signed longs are the high and low 64 bits of the uuid. An
+    offloaded ledger's workflow id and its object keys (``formats.offload_keys``) both derive from it.
+
+    Raises:
+        ValueError: a part outside the signed (or, tolerated, unsigned) 64-bit range.
+    """
+    for part in (msb, lsb):
+        if not _S64_MIN <= part <= _U64:
+            raise ValueError(f"uuid part {part} does not fit in 64 bits")
+    return str(uuid.UUID(int=((msb & _U64) << 64) | (lsb & _U64)))
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import Final
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:  # annotations only: ledger_deletion.request derives its workflow ids with offload_uuid
-    from ledger_deletion.request import OffloadContext, OffloadDriverMetadata
+# offload_uuid lives with the request, which derives its workflow ids from it (and sits below the formats).
+from ledger_deletion.request import OffloadContext, OffloadDriverMetadata, offload_uuid
 
 __all__ = [
     "BUCKET_PROPERTY",
@@ -52,19 +52,7 @@ MANAGED_LEDGER_NAME_TAG: Final = "managedledgername"
 ROLE_TAG: Final = "role"
 
 _U64 = 2**64 - 1
-_S64_MIN, _S64_MAX = -(2**63), 2**63 - 1
-
-
-def offload_uuid(msb: int, lsb: int) -> str:
-    """``new UUID(msb, lsb).toString()``: the two signed longs are the high and low 64 bits of the uuid.
-
-    Raises:
-        ValueError: a part outside the signed (or, tolerated, unsigned) 64-bit range.
-    """
-    for part in (msb, lsb):
-        if not _S64_MIN <= part <= _U64:
-            raise ValueError(f"uuid part {part} does not fit in 64 bits")
-    return str(uuid.UUID(int=((msb & _U64) << 64) | (lsb & _U64)))
+_S64_MAX = 2**63 - 1
 
 
 def java_uuid_parts(uuid_str: str) -> tuple[int, int]:
