@@ -11,7 +11,7 @@ from ledger_deletion.formats.bk_metadata import (
     schema_custom_metadata,
 )
 from ledger_deletion.request import LedgerComponent, LedgerType
-from ledger_deletion.watch.resync import unreferenced, unreferenced_suspects
+from ledger_deletion.watch.resync import pulsar_tagged, unreferenced, unreferenced_suspects
 from ledger_deletion.watch.snapshot import Snapshot
 
 from .records import ML, ML_PATH, UUID_A, cursor, locator, managed_ledger
@@ -101,3 +101,29 @@ def test_a_tag_the_service_refuses_is_reported() -> None:
     snapshot = cluster()
     found = unreferenced_suspects({7: md(managed_ledger_custom_metadata("not a name"))}, snapshot)
     assert found == [] and "ledger 7" in snapshot.rejected[0]
+
+
+def test_another_clusters_store_keeps_what_it_lists_and_bounds_its_geo_topics() -> None:
+    """A BookKeeper shared with another cluster (issue 39): what its store lists is referenced, and a
+    geo-replicated topic's ledger is settled only below the lowest newest of the stores with the owner."""
+    ours = cluster()  # ML lists 10, 11, 20
+    other = Snapshot()
+    other.load(ML_PATH, managed_ledger([7, 16]))  # the same managed ledger in the other cluster
+    other.load("/schemas/public/default/other", locator([40]))
+    assert unreferenced([7, 9, 16, 40], ours) == [7, 9, 16, 40]
+    assert unreferenced([7, 9, 16, 40], ours, [other]) == [9]
+    found = unreferenced_suspects(
+        {9: md(managed_ledger_custom_metadata(ML)), 18: md(managed_ledger_custom_metadata(ML))},
+        ours,
+        others=[other],
+    )
+    # 18 is below our newest (20) but above the other cluster's (16): maybe its rollover under way.
+    assert [s.request.ledger_id for s in found] == [9]
+    assert [
+        s.request.ledger_id for s in unreferenced_suspects({18: md(managed_ledger_custom_metadata(ML))}, ours)
+    ] == [18]
+
+
+def test_pulsar_tagged_counts_pulsars_ledgers() -> None:
+    tagged = {1: md(managed_ledger_custom_metadata(ML)), 2: md({"application": "other"}), 3: md({})}
+    assert pulsar_tagged(tagged) == 1
