@@ -404,3 +404,11 @@ def test_the_watcher_starts_after_setup_with_what_it_reads_and_traces_as_itself(
     # What it needs set (WATCH_ENDPOINTS) is set: Temporal, ZooKeeper and the deletion topic's broker.
     settings = settings_from(variables)
     assert all(getattr(settings, field) for field in WATCH_ENDPOINTS)
+
+
+def test_the_pulsar_pool_keeps_an_audit_log_in_a_bucket_minio_init_creates() -> None:
+    """Without LEDGER_DELETION_AUDIT_BUCKET the pulsar pool acks decisions with no audit record (a warning at
+    start): the trial records them, in a bucket that exists before the pool starts."""
+    settings = settings_from(env(services()["pulsar-pool"]))
+    assert settings.audit_bucket
+    assert f"local/{settings.audit_bucket}" in " ".join(services()["minio-init"]["command"])

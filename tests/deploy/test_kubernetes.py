@@ -718,3 +718,10 @@ def test_the_spark_driver_can_start_its_executors_and_they_can_reach_it() -> Non
         "app.kubernetes.io/component"
     ]
     assert {executor_component, driver_component} <= set(expression["values"])
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_names_an_audit_bucket(overlay: str) -> None:
+    """Without LEDGER_DELETION_AUDIT_BUCKET the pulsar pool acks decisions with no audit record (only a
+    warning at start): every deployable overlay names the bucket of its audit log."""
+    assert settings(overlay).audit_bucket
