@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ledger_deletion.ops.cli import Output, OutputOption
+from ledger_deletion.ops.options import Output, OutputOption
 from ledger_deletion.settings import (
     POOLS,
     TEMPORAL,

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ledger_deletion.ops.audit import audit
+from ledger_deletion.ops.options import JsonOption, Output, OutputOption
 from ledger_deletion.settings import TEMPORAL, Settings, load_settings
 
 errors = Console(stderr=True)
@@ -28,21 +30,9 @@ def _console() -> Console:
     return Console()
 
 
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-
-
 class ModeChoice(StrEnum):
     live = "live"
     shadow = "shadow"
-
-
-OutputOption = Annotated[
-    Output, typer.Option("--output", "-o", help="table (for people) or json (for scripts).")
-]
-# The flag from before -o existed, kept for the scripts that use it.
-JsonOption = Annotated[bool, typer.Option("--json", hidden=True, help="The same as -o json.")]
 
 
 def _as_json(output: Output, as_json: bool) -> bool:
@@ -562,7 +552,5 @@ def mount(app: typer.Typer) -> None:
     app.command(name="inflight")(inflight)
     app.command(name="pause")(pause)
     app.command(name="resume")(resume)
-    from ledger_deletion.ops.audit import audit  # imports this module: bound here, not at the top
-
     app.command(name="audit")(audit)
     app.add_typer(dlq_app, name="dlq")
