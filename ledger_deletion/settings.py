@@ -637,7 +637,7 @@ class Settings(BaseSettings):
     reconcile_command: str = Field(
         default="ledger-deletion reconcile --submit",
         description="Command line the scheduled reconcile runs on a watcher process, split as a shell "
-        "would (e.g. a spark-submit of reconcile/job.py).",
+        "would (e.g. a spark-submit of reconcile/spark_submit.py).",
     )
     reconcile_timeout_seconds: float = Field(
         default=6 * 3600.0, gt=0, description="How long one scheduled reconcile may run, seconds."

@@ -5,7 +5,7 @@ on a Spark cluster::
 
     spark-submit --master spark://spark-master:7077 --deploy-mode client \\
         --conf spark.sql.shuffle.partitions=64 --driver-memory 4g \\
-        "$(python -c 'import reconcile.job as j; print(j.__file__)')" \\
+        "$(python -c 'import reconcile.spark_submit as j; print(j.__file__)')" \\
         --min-age 24h --out /shared/reconcile/$(date +%F) [--tenant T] [--submit] [--resume]
 
 The driver host needs the project installed (``pip install '.[spark]'``): the extract and the outputs run
@@ -32,7 +32,6 @@ broker, BK metadata match) when submitted.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -71,7 +70,7 @@ from reconcile.extract import (
 )
 from reconcile.report import ReportRow, human_bytes, render_chart, render_table, rows_from_summary, totals
 
-__all__ = ["JobConfig", "JobResult", "Tripwire", "main", "parse_duration", "run", "spark_session"]
+__all__ = ["JobConfig", "JobResult", "Tripwire", "parse_duration", "run", "spark_session"]
 
 CANDIDATES_JSONL = "candidates.jsonl"
 CANDIDATES_AVRO = "candidates.avro"
@@ -487,31 +486,3 @@ def _s3(config: ExtractConfig) -> Any:
     import boto3
 
     return boto3.client("s3", endpoint_url=config.s3_endpoint or None, region_name=config.s3_region)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``spark-submit reconcile/job.py ...``: the same options as ``ledger-deletion reconcile``."""
-    parser = argparse.ArgumentParser(prog="reconcile/job.py", description="Find orphaned Pulsar ledgers.")
-    parser.add_argument("--master", default=None, help="default: spark-submit's --master")
-    parser.add_argument("--min-age", default="24h")
-    parser.add_argument("--tenant", default=None)
-    parser.add_argument("--out", default="reconcile-out")
-    parser.add_argument("--submit", action="store_true")
-    parser.add_argument("--resume", action="store_true")
-    parser.add_argument("--extract-workers", type=int, default=2)
-    args = parser.parse_args(argv)
-    from reconcile.cli import run_from_settings
-
-    return run_from_settings(
-        master=args.master,
-        min_age=args.min_age,
-        tenant=args.tenant,
-        out=Path(args.out),
-        submit=args.submit,
-        resume=args.resume,
-        extract_workers=args.extract_workers,
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
