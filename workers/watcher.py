@@ -331,6 +331,7 @@ class Watcher:
                 why = f"not this cluster's, and the shared-BookKeeper tripwire is {state.describe()}"
         for namespace, group in unknown.items():
             self.stats.unknown_namespace += len(group)
+            metrics.current().watch_unknown_namespace(namespace or "unknown", len(group))
             if namespace not in self._unknown_logged:
                 self._unknown_logged.add(namespace)
                 log.warning("not requested: ledgers of namespace %s, %s", namespace or "(unnamed)", why)

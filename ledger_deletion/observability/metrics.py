@@ -184,6 +184,16 @@ SHARED_BOOKKEEPER_EVIDENCE = Instrument(
     "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH=none: each trips the shared-BookKeeper tripwire",
     ("namespace",),
 )
+# Per namespace, as the evidence: few, and which they are tells an operator which cluster is undeclared.
+WATCH_UNKNOWN_NAMESPACE = Instrument(
+    "ledger_deletion_watch_unknown_namespace",
+    "counter",
+    "{ledger}",
+    "Unreferenced Pulsar ledgers a watcher resync did not request: their namespace is known to none of the "
+    "metadata stores sharing this BookKeeper (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH), or, with none, the "
+    "shared-BookKeeper tripwire is tripped or unreadable",
+    ("namespace",),
+)
 INSTRUMENTS = (
     REQUESTS_RECEIVED,
     REQUESTS_COMPLETED,
@@ -202,6 +212,7 @@ INSTRUMENTS = (
     KILL_SWITCH_AGE,
     SHARED_BOOKKEEPER_TRIPPED,
     SHARED_BOOKKEEPER_EVIDENCE,
+    WATCH_UNKNOWN_NAMESPACE,
     RECLAIMED_BYTES,
     AUDIT_RECORDS,
     AUDIT_BATCHES,
@@ -256,6 +267,7 @@ class Metrics:
         # The shared-BookKeeper tripwire's namespaces as this process last read it (tripwire.View).
         self._tripwires: dict[object, Callable[[], tuple[str, ...] | None]] = {}
         self._evidence = _counter(meter, SHARED_BOOKKEEPER_EVIDENCE)
+        self._watch_unknown = _counter(meter, WATCH_UNKNOWN_NAMESPACE)
         _gauge(meter, SHARED_BOOKKEEPER_TRIPPED, self._observe_tripwire)
 
     # --- counters ------------------------------------------------------------------------------------------
@@ -332,6 +344,9 @@ class Metrics:
 
     def shared_bookkeeper_evidence(self, namespace: str) -> None:
         self._evidence.add(1, {"namespace": namespace})
+
+    def watch_unknown_namespace(self, namespace: str, ledgers: int) -> None:
+        self._watch_unknown.add(ledgers, {"namespace": namespace})
 
     def observe_tripwire(self, namespaces: Callable[[], tuple[str, ...] | None]) -> Callable[[], None]:
         """Report the tripwire as last read: the namespaces it names while tripped (``("unknown",)`` when

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client
 
 from devstack.stack import StackEndpoints
@@ -24,6 +26,7 @@ from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, ma
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.formats.managed_ledger import managed_ledger_name, serialize_managed_ledger_info
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
+from ledger_deletion.observability import metrics
 from tests.integration.watch_support import DELAY, Corner, TopicReader, corner, until, watching
 
 pytestmark = pytest.mark.stack
@@ -100,10 +103,16 @@ async def test_the_watcher_requests_none_of_another_clusters_ledgers(
 
 
 async def test_with_none_a_recent_ledger_of_an_unknown_namespace_trips_the_tripwire(
-    stack: StackEndpoints, s3: Any, temporal_client: Client, new_ledger_id: Any
+    stack: StackEndpoints,
+    s3: Any,
+    temporal_client: Client,
+    new_ledger_id: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Configured ``none`` while B writes to the BookKeeper: B's namespace is unknown to A and its ledgers
     are recent, so the resync trips the tripwire and requests none of them. (Before, it requested them.)"""
+    reader_metrics = InMemoryMetricReader()
+    monkeypatch.setattr(metrics, "_current", metrics.Metrics(MeterProvider(metric_readers=[reader_metrics])))
     with corner(stack, s3, new_ledger_id) as c, cluster_b(stack, c) as (_, b_zk):
         b_only = [new_ledger_id(), new_ledger_id()]
         a_ids = c.broker.create_topic("public/default/a", 2)
@@ -119,3 +128,14 @@ async def test_with_none_a_recent_ledger_of_an_unknown_namespace_trips_the_tripw
         state = await tripwire.read(temporal_client, tripwire.tripwire_id(settings.task_queue_prefix))
         assert state.tripped and state.namespaces == ("other-tenant/b-only",), state
         assert all(c.cluster.ledger_exists(i) for i in [*a_ids, *b_only])
+        data = reader_metrics.get_metrics_data()
+        assert data is not None
+        counted = {
+            (metric.name, str((point.attributes or {}).get("namespace"))): getattr(point, "value", None)
+            for resource in data.resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+        }
+        assert counted[("ledger_deletion_watch_unknown_namespace", "other-tenant/b-only")] == len(b_only)
+        assert counted[("ledger_deletion_shared_bookkeeper_evidence", "other-tenant/b-only")] >= 1

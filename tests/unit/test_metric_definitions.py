@@ -41,6 +41,7 @@ def test_every_instrument_is_recorded_with_the_labels_it_declares() -> None:
     recorder.inflight_estimated({"acme": 4}, backlog_measured=True)
     unregister_switch = recorder.observe_kill_switch("bookkeeper", lambda: True, lambda: 1.5)
     recorder.shared_bookkeeper_evidence("other/ns")
+    recorder.watch_unknown_namespace("other/ns", 2)
     unregister_tripwire = recorder.observe_tripwire(lambda: ("other/ns",))
     recorder.audited("DELETED", "acme/orders", "MANAGED_LEDGER", 4096)
     recorder.audit_batch_written()
