@@ -17,15 +17,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from ledger_deletion.loading import load_settings
 from ledger_deletion.ops.options import Output, OutputOption
-from ledger_deletion.settings import (
-    POOLS,
-    TEMPORAL,
-    WATCH_REQUIRES,
-    load_settings,
-    pool_deletes,
-    pool_endpoints,
-)
+from ledger_deletion.settings import POOLS, TEMPORAL, WATCH_REQUIRES, pool_deletes, pool_endpoints
 
 app = typer.Typer(
     name="ledger-deletion",

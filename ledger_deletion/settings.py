@@ -2,8 +2,9 @@
 
 Every field carries its description (what it is, its unit): the settings reference is generated from this
 model. Endpoints have no defaults: a deployment that forgets one must refuse to start, not talk to some
-other host. Each command names the endpoints it needs (:func:`load_settings`'s ``require``) and is refused
-with the list of those missing; ``eval "$(ledger-deletion stack env)"`` sets them all for the embedded stack.
+other host. Each command names the endpoints it needs (``require`` of ``ledger_deletion.loading``'s
+``load_settings``), refused with the list of those missing; ``eval "$(ledger-deletion stack env)"`` sets
+them all for the embedded stack.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from pydantic import (
     Field,
     PositiveFloat,
     SecretStr,
-    ValidationError,
     field_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -691,6 +691,12 @@ class Settings(BaseSettings):
         return self.pulsar_token.get_secret_value() if self.pulsar_token else None
 
     @property
+    def audit_store_endpoint(self) -> str | None:
+        """Where the audit bucket is: its own endpoint if set, else the offload bucket's (None: AWS)."""
+        endpoint = self.audit_s3_endpoint if self.audit_s3_endpoint is not None else self.s3_endpoint
+        return endpoint or None
+
+    @property
     def s3_endpoint_alias_list(self) -> tuple[str, ...]:
         return _split(self.s3_endpoint_aliases)
 
@@ -698,12 +704,6 @@ class Settings(BaseSettings):
     def pulsar_metadata_hosts(self) -> str:
         """The ZooKeeper that holds Pulsar's metadata (``/managed-ledgers``, ``/schemas``)."""
         return self.pulsar_metadata_zookeeper or self.zookeeper
-
-    @property
-    def audit_store_endpoint(self) -> str | None:
-        """Where the audit bucket is: its own endpoint if set, else the offload bucket's (None: AWS)."""
-        endpoint = self.audit_s3_endpoint if self.audit_s3_endpoint is not None else self.s3_endpoint
-        return endpoint or None
 
     @property
     def shared_bookkeeper(self) -> SharedBookKeeper:
@@ -804,54 +804,6 @@ def _known_steps(value: dict[str, Any], steps: frozenset[str]) -> dict[str, Any]
     if unknown:
         raise ValueError(f"unknown step(s) {', '.join(unknown)}; steps are {', '.join(sorted(steps))}")
     return value
-
-
-def load_settings(
-    *, require: Iterable[str] = (), deletes: Iterable[str] | None = None, **overrides: Any
-) -> Settings:
-    """Read the environment once. Call only at the edge (CLI commands, worker ``main``).
-
-    ``require``: the endpoints (:data:`ENDPOINTS`) the command connects to and the declarations
-    (:data:`DECLARATIONS`) it depends on; each one unset is named.
-    ``deletes``: the stores the process deletes in (:func:`pool_deletes`), for a service process; a login
-    that deletes anywhere else is refused. ``None`` (an operator's command): not checked.
-
-    Raises:
-        ConfigurationError: naming each offending variable, e.g. ``LEDGER_DELETION_MAX_ATTEMPTS: ...``, or
-            each missing endpoint with what it is, or each connection setting of a required system that
-            cannot work (a certificate file that is not there, a client certificate without its key), or
-            each deleting login a process that deletes nothing there holds.
-    """
-    try:
-        settings = Settings()
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            field = str(error["loc"][0]) if error["loc"] else "?"
-            problems.append(f"{env_name(field)}: {error['msg']}")
-        raise ConfigurationError("invalid settings: " + "; ".join(problems)) from None
-    settings = settings.with_overrides(**overrides) if overrides else settings
-    required = tuple(require)
-    if "temporal_address" in required:
-        from ledger_deletion.temporal_client import resolve_profile
-
-        settings = resolve_profile(settings)  # Temporal's own configuration file, as the SDK reads it
-    missing = missing_endpoints(settings, required)
-    if missing:
-        named = ", ".join(f"{env_name(f)} ({Settings.model_fields[f].title})" for f in missing)
-        raise ConfigurationError(f"missing settings: {named}; {STACK_HINT}")
-    from ledger_deletion.connections import problems as connection_problems
-
-    found = connection_problems(settings, required)
-    if found:
-        raise ConfigurationError("connection settings that cannot work: " + "; ".join(found))
-    if deletes is not None:
-        from ledger_deletion.connections import delete_credential_problems
-
-        held = delete_credential_problems(settings, deletes)
-        if held:
-            raise ConfigurationError("credentials this process must not hold: " + "; ".join(held))
-    return settings
 
 
 def missing_endpoints(settings: Settings, require: Iterable[str]) -> list[str]:

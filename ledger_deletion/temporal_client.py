@@ -3,7 +3,7 @@
 A profile of Temporal's TOML configuration file (``TEMPORAL_CONFIG_FILE``, ``TEMPORAL_PROFILE``) gives the
 address, namespace, API key and TLS (server CA, client certificate and key, server name); the ``TEMPORAL_*``
 variables override it, as ``temporalio.envconfig`` and the Temporal CLI read them. The edge
-(:func:`ledger_deletion.settings.load_settings`) merges the profile into the settings once
+(:func:`ledger_deletion.loading.load_settings`) merges the profile into the settings once
 (:func:`resolve_profile`) and refuses what cannot work (:func:`connection_problems`); every client of the
 process is then connected from those settings (:func:`connect_options`).
 """

@@ -92,7 +92,7 @@ def run_from_settings(
 ) -> int:
     from ledger_deletion.connections import zookeeper_digest, zookeeper_security
     from ledger_deletion.errors import ConfigurationError, PulsarMetadataNotFound, TripwireStateUnknown
-    from ledger_deletion.settings import load_settings
+    from ledger_deletion.loading import load_settings
     from reconcile.extract import ExtractConfig
     from reconcile.job import JobConfig, parse_duration, run
 

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ledger_deletion.errors import ConfigurationError, LedgerDeletionError
+from ledger_deletion.loading import load_settings
 from ledger_deletion.ops.options import Output, OutputOption
-from ledger_deletion.settings import load_settings
 
 if TYPE_CHECKING:
     from ledger_deletion.audit.reader import SummaryRow

@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ledger_deletion.loading import load_settings
 from ledger_deletion.ops.audit import audit
 from ledger_deletion.ops.options import JsonOption, Output, OutputOption
-from ledger_deletion.settings import TEMPORAL, Settings, load_settings
+from ledger_deletion.settings import TEMPORAL, Settings
 
 errors = Console(stderr=True)
 

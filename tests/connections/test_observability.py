@@ -24,8 +24,9 @@ from temporalio import activity
 from temporalio.testing import ActivityEnvironment
 
 from ledger_deletion.errors import ConfigurationError
+from ledger_deletion.loading import load_settings
 from ledger_deletion.observability import logs
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.settings import Settings
 
 # A process that installs the service's tracing from its environment and ends one span (a provider is
 # global and set once per process, so each protocol runs in its own).

@@ -23,7 +23,8 @@ import pytest
 from ledger_deletion import connections
 from ledger_deletion.adapters.messaging import client_options
 from ledger_deletion.errors import AdminApiUnavailable, AuthorizationError, ConfigurationError
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import Settings
 from tests.connections.issuer import Issuer, issuer
 from tests.tls_support import Pki, make_pki, server_context, tls_proxy
 from tests.unit.admin_stub import AdminHandler, serving

@@ -11,7 +11,8 @@ from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.service import TLSConfig
 
 from ledger_deletion.errors import ConfigurationError
-from ledger_deletion.settings import TEMPORAL, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import TEMPORAL
 from ledger_deletion.temporal_client import connect_options, connect_temporal
 from tests.tls_support import Pki, make_pki, server_context, tls_proxy
 

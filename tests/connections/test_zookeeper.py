@@ -14,7 +14,8 @@ from ledger_deletion.adapters.zookeeper import LedgerStore, ZooKeeperSecurity, k
 from ledger_deletion.connections import zookeeper_security
 from ledger_deletion.errors import AuthorizationError, ConfigurationError, MetadataStoreUnavailable
 from ledger_deletion.formats.bk_paths import ledger_path
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import Settings
 from reconcile.extract import ExtractConfig, _session
 from tests.connections.private_zookeeper import PrivateZooKeeper, private_zookeeper
 from tests.tls_support import Issued, Pki, make_pki

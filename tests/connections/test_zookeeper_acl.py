@@ -28,7 +28,8 @@ from ledger_deletion.adapters.zookeeper import (
 from ledger_deletion.connections import zookeeper_digest, zookeeper_security
 from ledger_deletion.errors import AuthorizationError
 from ledger_deletion.formats.bk_paths import ledger_path
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import Settings
 from tests.connections.private_zookeeper import PrivateZooKeeper, private_zookeeper
 
 ROOT = "/ledgers"

@@ -31,7 +31,8 @@ from devstack.stack import (
     default_state_dir,
     recorded_ports,
 )
-from ledger_deletion.settings import DEFAULT_TOPIC, ENDPOINTS, Settings, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import DEFAULT_TOPIC, ENDPOINTS, Settings
 
 
 def test_stack_env_sets_every_endpoint_the_service_needs(monkeypatch: pytest.MonkeyPatch) -> None:

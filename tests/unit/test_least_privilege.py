@@ -14,7 +14,8 @@ from pydantic import SecretStr
 
 from ledger_deletion.connections import zookeeper_digest, zookeeper_security
 from ledger_deletion.errors import ConfigurationError
-from ledger_deletion.settings import POOLS, Settings, load_settings, pool_deletes
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import POOLS, Settings, pool_deletes
 
 DELETER = "deleter:delete-secret"
 READER = "reader:read-secret"

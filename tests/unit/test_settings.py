@@ -6,12 +6,12 @@ import pytest
 from pydantic import SecretStr
 
 from ledger_deletion.errors import ConfigurationError
+from ledger_deletion.loading import load_settings
 from ledger_deletion.settings import (
     DELETING_POOLS,
     ENDPOINTS,
     POOLS,
     Settings,
-    load_settings,
     missing_endpoints,
     pool_endpoints,
 )

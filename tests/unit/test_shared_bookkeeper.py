@@ -11,13 +11,8 @@ import pytest
 
 from ledger_deletion import tripwire
 from ledger_deletion.errors import ConfigurationError
-from ledger_deletion.settings import (
-    POOLS,
-    WATCH_REQUIRES,
-    Settings,
-    load_settings,
-    pool_endpoints,
-)
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import POOLS, WATCH_REQUIRES, Settings, pool_endpoints
 from ledger_deletion.shared_bookkeeper import SharedBookKeeper, namespace_of
 
 ENV = "LEDGER_DELETION_BOOKKEEPER_SHARED_WITH"

@@ -6,8 +6,9 @@ import pytest
 
 from ledger_deletion.contracts import DeletionPolicy, Step
 from ledger_deletion.errors import ConfigurationError
+from ledger_deletion.loading import load_settings
 from ledger_deletion.policy import deletion_policy
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.settings import Settings
 
 
 def test_one_call_steps_time_out_after_three_of_their_clients_timeouts() -> None:

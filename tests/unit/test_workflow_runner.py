@@ -14,7 +14,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 import workflows.ledger_deletion as workflow_module
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.loading import load_settings
+from ledger_deletion.settings import Settings
 from workers.pools import workflow_runner
 
 

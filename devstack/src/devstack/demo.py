@@ -47,9 +47,10 @@ from devstack.demo_watch import run_watch_step
 from devstack.scenario import Case, Scenario, build_and_mark
 from devstack.stack import Stack, default_state_dir
 from ledger_deletion.contracts import DeletionResult, Mode, Outcome
+from ledger_deletion.loading import load_settings
 from ledger_deletion.ops.dlq import read_dead_letters
 from ledger_deletion.rollout import workflow_id
-from ledger_deletion.settings import Settings, load_settings
+from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from workers.ingest import Ingestor
 from workers.pools import RunningPools, run_pools
