@@ -56,7 +56,9 @@ async def test_a_rolling_restart_storm_dead_letters_nothing(
     assert report.unexpected == {} and report.storage_problems == [] and report.still_running == []
     assert all(control.clear_faults(topic) == 0 for topic in report.batch.topics)  # every answer was given
     letters = await asyncio.to_thread(read_dead_letters, module_settings, 1.0, len(report.batch.garbage))
-    batch_runs = set(report.batch.expectations)
+    # The other cluster's ledgers, listed by its store, are kept for replay like any store listing: the
+    # storm must add no dead letter of its own to the rest.
+    batch_runs = {wid for wid, e in report.batch.expectations.items() if e.kind != "peer"}
     assert [m for m in letters if m.properties().get("ledger-deletion.workflow-id") in batch_runs] == []
     # Acks are counted once the pools stop, after the next test (the module shares them).
 

@@ -15,6 +15,7 @@ from temporalio.client import Client
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore
 from ledger_deletion.contracts import Mode
 from ledger_deletion.settings import Settings
+from ledger_deletion.tripwire import View
 from tests.helpers import running_pools
 
 pytestmark = pytest.mark.stack
@@ -52,10 +53,12 @@ async def test_each_pool_runs_only_its_own_steps(settings: Settings, temporal_cl
         assert not any(hasattr(c, "delete") for c in readers)
         bookkeeper = config[custom.task_queue("bookkeeper")]
         assert _names(bookkeeper.get("activities")) == {"delete_bk_ledger"}
-        store, may_delete = _holders(bookkeeper.get("activities"))
+        store, may_delete, tripwire = _holders(bookkeeper.get("activities"))
         assert type(store) is LedgerStore
         # Each delete asks the kill switch first, as this process reads it.
         assert running.kill_switch is not None and may_delete == running.kill_switch.check
+        # And, for a ledger of a namespace no store knows, the shared-BookKeeper tripwire again.
+        assert isinstance(tripwire, View)
         # A live process inspects too: it runs a request outside its live allow-list in shadow.
         offload = _names(config[custom.task_queue("offload")].get("activities"))
         assert offload == {"delete_offload_segment", "inspect_offload_segment"}
