@@ -3,8 +3,8 @@
 ``/metrics`` answers as long as the process lives, so a probe on it says only that: a pool whose Temporal
 client cannot reach the frontend, or whose Pulsar consumer has lost its broker, would still look ready, and a
 rolling update (``maxUnavailable: 0``) would stop the old pod for a new one that cannot work. ``/ready``
-answers 200 only while every check of the process passed within the last few periods, else 503, with each
-check's last answer as JSON either way.
+answers 200 only while the process has checks (its pools add them once started) and every one passed within
+the last few periods, else 503, with each check's last answer as JSON either way.
 
 The checks run on the process's own event loop (the clients they ask are bound to it) every ``period``
 seconds; the HTTP thread only reads their last answers. A check that has not answered for three periods
@@ -100,7 +100,9 @@ class Readiness:
                 states[name] = f"no answer for {now - answer.at:.0f} s"
             else:
                 states[name] = answer.problem or "ok"
-        return all(state == "ok" for state in states.values()), states
+        # No check yet: the metrics server is up before the pools, which add their checks once connected; a
+        # process that has not got that far is not ready.
+        return bool(states) and all(state == "ok" for state in states.values()), states
 
     async def _run(self, check: Check) -> str:
         try:

@@ -49,6 +49,9 @@ def get(url: str) -> tuple[int, bytes]:
 
 async def test_ready_only_while_every_check_passes(served: tuple[Readiness, str]) -> None:
     mine, url = served
+    status, body = await asyncio.to_thread(get, f"{url}/ready")
+    # The server is up before the pools add their checks: not ready until they have.
+    assert (status, json.loads(body)) == (503, {"ready": False, "checks": {}})
     temporal, pulsar = Switchable(), Switchable()
     mine.add("temporal", temporal)
     mine.add("pulsar", pulsar)
