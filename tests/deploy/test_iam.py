@@ -92,6 +92,10 @@ def test_each_audit_policy_allows_exactly_its_sides_actions_on_the_audit_bucket(
 
 
 def test_the_audit_bucket_policy_denies_every_delete_and_every_overwrite() -> None:
+    """AWS S3 User Guide, "Enforce conditional writes on Amazon S3 buckets" (conditional-writes-enforce):
+    a bucket policy may test the condition key s3:if-none-match; the writer sends If-None-Match: * on its one
+    PutObject per batch (ledger_deletion/audit/store.py), never a multipart upload, which would need the
+    s3:ObjectCreationOperation exemption that page describes."""
     document = policy("audit-bucket-policy")
     assert {s["Effect"] for s in document["Statement"]} == {"Deny"}
     denied = {action for s in document["Statement"] for action in s["Action"]}
