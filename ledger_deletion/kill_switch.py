@@ -217,10 +217,19 @@ class Watch:
     async def run(self, stop: asyncio.Event) -> None:
         """Read the switch every ``every_seconds`` until ``stop``; a failed read keeps the last state, which
         goes stale (and deletes stop) if reads keep failing."""
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception as exc:  # Temporal out of reach: retried on the next tick
-                log.warning("kill switch unreadable: %s: %s", type(exc).__name__, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._every)
+        await poll(self.refresh, self._every, stop, "kill switch")
+
+
+async def poll(
+    refresh: Callable[[], Awaitable[object]], every_seconds: float, stop: asyncio.Event, what: str
+) -> None:
+    """Call ``refresh`` every ``every_seconds`` until ``stop``: the background read of a Schedule-held flag
+    (the kill switch, the shared-BookKeeper tripwire). A failed read is logged and retried on the next tick;
+    the view it leaves goes stale, which its users treat as unknown."""
+    while not stop.is_set():
+        try:
+            await refresh()
+        except Exception as exc:  # Temporal out of reach: retried on the next tick
+            log.warning("%s unreadable: %s: %s", what, type(exc).__name__, exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=every_seconds)

@@ -27,7 +27,6 @@ reconcile all trip it with :func:`trip` when they see evidence (:func:`is_eviden
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import threading
@@ -205,10 +204,4 @@ class View:
     async def run(self, stop: asyncio.Event) -> None:
         """Read it every ``every_seconds`` until ``stop``; a failed read keeps the last state, which goes
         stale (and unknown namespaces wait) if reads keep failing."""
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception as exc:  # Temporal out of reach: retried on the next tick
-                log.warning("shared BookKeeper tripwire unreadable: %s: %s", type(exc).__name__, exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self._every)
+        await kill_switch.poll(self.refresh, self._every, stop, "shared BookKeeper tripwire")
