@@ -2,7 +2,7 @@
 
     python bench/reconcile_benchmark.py --sizes 1000,100000
 
-For each size it generates a synthetic cluster (``reconcile.generator``) into a ZooKeeper chroot and an S3
+For each size it generates a synthetic cluster (``devstack.generator``) into a ZooKeeper chroot and an S3
 bucket of its own, then runs the job on it once per mode, side by side on the same cluster:
 
 * ``full`` — the extract before the id listing: every ledger's metadata read, one request per znode
@@ -49,8 +49,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from devstack import ports  # noqa: E402
+from devstack.generator import ClusterSpec, GroundTruth, plan_cluster, write_plan  # noqa: E402
 from reconcile.extract import ExtractConfig  # noqa: E402
-from reconcile.generator import ClusterSpec, GroundTruth, plan_cluster, write_plan  # noqa: E402
 
 ZK_JAR = "/usr/share/java/zookeeper.jar"
 SLF4J_JAR = "/usr/share/java/slf4j-simple.jar"

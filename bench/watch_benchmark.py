@@ -3,7 +3,7 @@
     python bench/watch_benchmark.py --ledgers 1000000 --rolls-per-minute 3000 --minutes 3
 
 1. A ZooKeeper of its own (``--zk-port``, ``--zk-heap``, ``mntr`` on, forceSync off, data under
-   ``--state-dir``) and a cluster from reconcile's generator (``reconcile.generator``) written into a chroot
+   ``--state-dir``) and a cluster from reconcile's generator (``devstack.generator``) written into a chroot
    of it: BookKeeper ledgers, managed ledgers, cursors, schemas. No offloaded objects: the watcher reads
    none of them but in its suspects' checks. Clusters are cached in the state dir.
 2. Memory: a full read of Pulsar's metadata into a :class:`~ledger_deletion.watch.snapshot.Snapshot` under
@@ -62,6 +62,8 @@ from temporalio.client import Client  # noqa: E402
 
 from bench.reconcile_benchmark import launch_zookeeper, packets_received  # noqa: E402
 from devstack import ports  # noqa: E402
+from devstack.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
+from ledger_deletion.adapters.zk_reads import ZkReads  # noqa: E402
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata  # noqa: E402
 from ledger_deletion.formats.bk_paths import ledger_path  # noqa: E402
 from ledger_deletion.formats.managed_ledger import (  # noqa: E402
@@ -71,8 +73,6 @@ from ledger_deletion.formats.managed_ledger import (  # noqa: E402
     serialize_managed_ledger_info,
 )
 from ledger_deletion.settings import Settings  # noqa: E402
-from reconcile.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
-from reconcile.zk_reads import ZkReads  # noqa: E402
 from workers.watch_scan import read_pulsar_metadata  # noqa: E402
 from workers.watcher import Watcher  # noqa: E402
 

@@ -4,11 +4,12 @@ Modules, one concern each:
 
 * :mod:`reconcile.extract` — parallel, restartable scan of ZooKeeper (BK ledger ids, Pulsar references, the
   metadata of the unreferenced ledgers) and the offload bucket(s) into Parquet;
-* :mod:`reconcile.zk_reads` — batched ZooKeeper reads (multi-read, or pipelined single reads);
 * :mod:`reconcile.transform` — pure ``DataFrame -> DataFrame`` reconciliation (anti-joins, classification,
   safety filters);
 * :mod:`reconcile.report` — counts and reclaimable bytes (terminal table + PNG chart);
 * :mod:`reconcile.job` — orchestration (the ``spark-submit`` entry point);
-* :mod:`reconcile.cli` — the ``ledger-deletion reconcile`` command;
-* :mod:`reconcile.generator` — synthetic clusters of realistic shape with a known set of orphans.
+* :mod:`reconcile.cli` — the ``ledger-deletion reconcile`` command.
+
+Its ZooKeeper reads are :mod:`ledger_deletion.adapters.zk_reads` (shared with the watcher); the synthetic
+clusters of tests and benchmarks come from :mod:`devstack.generator`.
 """

@@ -33,7 +33,7 @@ ids), compares them with what it holds, and reads a ledger's metadata only for t
 (``verifyMetadataOnGc``). Here the comparison is the anti-join of the id listing with Pulsar's references,
 so a scan costs one ZooKeeper request per 10,000 ledgers plus the metadata of the candidates, instead of one
 request per ledger. Reads are batched into ZooKeeper multi-reads where the server has them
-(:mod:`reconcile.zk_reads`).
+(:mod:`ledger_deletion.adapters.zk_reads`).
 
 Order, and why it is safe. The ledger ids are listed first, then the objects, then the references, and the
 metadata of the unreferenced ids is read last:
@@ -95,6 +95,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ledger_deletion.adapters.zk_reads import ZkReads
 from ledger_deletion.adapters.zookeeper import NO_SECURITY, ZooKeeperSecurity
 from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import (
@@ -115,7 +116,6 @@ from ledger_deletion.formats.managed_ledger import (
 )
 from ledger_deletion.formats.offload_keys import BUCKET_PROPERTY, offload_uuid
 from ledger_deletion.shared_bookkeeper import SETTING as SHARED_BOOKKEEPER_SETTING
-from reconcile.zk_reads import ZkReads
 
 __all__ = [
     "BK_LEDGERS",

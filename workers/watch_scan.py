@@ -1,11 +1,11 @@
 """The watcher's full reads: every record of Pulsar's metadata into a snapshot, BookKeeper's ledger ids, and
 the metadata of the ledgers nothing references.
 
-All reads go through :class:`reconcile.zk_reads.ZkReads`, the batched reads reconcile's extract uses
-(multi-reads of hundreds of znodes per request on ZooKeeper 3.6+), on the watcher's own sessions. The walk of
-Pulsar's tree is the extract's (``persistent`` directories at depth 3 or 4, their managed ledgers, their
-cursors; schema namespaces), but it keeps every record whole for the diff, where the extract flattens them
-into reference rows (and the extract needs pyarrow, which the watcher does not).
+All reads go through :class:`ledger_deletion.adapters.zk_reads.ZkReads`, the batched reads reconcile's extract
+uses (multi-reads of hundreds of znodes per request on ZooKeeper 3.6+), on the watcher's own sessions. The
+walk of Pulsar's tree is the extract's (``persistent`` directories at depth 3 or 4, their managed ledgers,
+their cursors; schema namespaces), but it keeps every record whole for the diff, where the extract flattens
+them into reference rows (and the extract needs pyarrow, which the watcher does not).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
+from ledger_deletion.adapters.zk_reads import ZkReads
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode, ledger_path
 from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT
 from ledger_deletion.watch.snapshot import Snapshot
-from reconcile.zk_reads import ZkReads
 
 __all__ = ["list_bk_ledger_ids", "read_bk_metadata", "read_pulsar_metadata", "read_records"]
 

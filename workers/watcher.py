@@ -52,6 +52,7 @@ from activities.reconcile_job import ReconcileJobActivities
 from activities.watch import SuspectActivities
 from ledger_deletion import connections, tripwire
 from ledger_deletion.adapters.object_store import ObjectStore
+from ledger_deletion.adapters.zk_reads import ZkReads
 from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
@@ -68,7 +69,6 @@ from ledger_deletion.watch.resync import pulsar_tagged, unreferenced, unreferenc
 from ledger_deletion.watch.snapshot import Snapshot
 from ledger_deletion.watch.suspects import Suspect
 from ledger_deletion.watch_contracts import SuspectInput, SuspectPolicy
-from reconcile.zk_reads import ZkReads
 from workers.pools import workflow_runner
 from workers.reconcile_schedule import ensure_reconcile_schedule
 from workers.watch_scan import list_bk_ledger_ids, read_bk_metadata, read_pulsar_metadata, read_records

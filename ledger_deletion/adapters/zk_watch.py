@@ -6,7 +6,7 @@ data change and delete sends the client one event naming the znode (never its da
 for it (python-zk/kazoo#715 is not in a release) and drops an event no one-shot watcher waits for, so:
 
 * :class:`AddWatch` is the request record, sent through the client's connection as kazoo sends its own
-  (``KazooClient._call``), as :class:`reconcile.zk_reads.MultiRead` sends multi-reads;
+  (``KazooClient._call``), as :class:`ledger_deletion.adapters.zk_reads.MultiRead` sends multi-reads;
 * the connection's event reader is wrapped so an event under a watched root reaches a callback before
   kazoo's own dispatch, which then finds no one-shot watcher for it and drops it as before.
 

@@ -20,11 +20,11 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from devstack.generator import ClusterSpec, plan_cluster, plan_young_orphans, write_plan  # noqa: E402
 from ledger_deletion.formats.offload_keys import ledger_object_keys, offload_uuid  # noqa: E402
 from ledger_deletion.request import LedgerType  # noqa: E402
 from ledger_deletion.submit import LineError, parse_jsonl  # noqa: E402
 from reconcile.extract import ExtractConfig  # noqa: E402
-from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans, write_plan  # noqa: E402
 from reconcile.job import JobConfig, run  # noqa: E402
 
 # Setup (SparkSession start, cluster generation, the whole job) takes ~1 min, several on a loaded machine.

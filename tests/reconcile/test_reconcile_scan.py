@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from devstack.generator import ClusterSpec, plan_cluster, write_plan
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.formats.managed_ledger import (
@@ -34,7 +35,6 @@ from reconcile.extract import (
     ExtractResult,
     extract_all,
 )
-from reconcile.generator import ClusterSpec, plan_cluster, write_plan
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 

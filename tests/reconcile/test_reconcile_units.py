@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from devstack.generator import ClusterSpec, plan_cluster, plan_young_orphans
 from ledger_deletion.errors import InvalidRequestError
 from ledger_deletion.formats.bk_metadata import parse_ledger_metadata
 from ledger_deletion.formats.bk_paths import ledger_id_from_path, ledger_path
@@ -16,7 +17,6 @@ from ledger_deletion.request import LedgerComponent, LedgerType, request_to_wire
 from ledger_deletion.shared_bookkeeper import namespace_of
 from reconcile.candidates import build_requests, head_owners, request_for_finding
 from reconcile.extract import ids_from_children
-from reconcile.generator import ClusterSpec, plan_cluster, plan_young_orphans
 from reconcile.job import parse_duration
 from reconcile.report import ReportRow, human_bytes, render_chart, render_table, totals
 

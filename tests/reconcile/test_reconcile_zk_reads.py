@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError, UnimplementedError
 from kazoo.security import make_digest_acl
 
-from reconcile.zk_reads import ZkReads
+from ledger_deletion.adapters.zk_reads import ZkReads
 
 pytestmark = [pytest.mark.stack]
 

@@ -32,10 +32,10 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from devstack.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
 from ledger_deletion.formats.offload_keys import offload_uuid  # noqa: E402
 from ledger_deletion.request import LedgerType  # noqa: E402
 from ledger_deletion.submit import LineError, parse_jsonl  # noqa: E402
-from reconcile.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
 
 pytestmark = [pytest.mark.stack, pytest.mark.spark, pytest.mark.timeout(900)]
 
