@@ -31,9 +31,11 @@ from devstack.stack import (
 from ledger_deletion.settings import Settings
 from tests.faults.helpers import make_fault_settings, started_pools
 
-# A block of its own (devstack.ports), apart from the shared stack's and every other private stack's.
-FAULT_PORTS: StackPorts = ports.block(ports.FAULTS)
-PROXY_PORT = ports.s3_proxy(ports.FAULTS)
+# A block of its own (devstack.ports), apart from the shared stack's and every other private stack's: one per
+# pytest-xdist worker, each with its own state directory.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+FAULT_PORTS: StackPorts = ports.block(ports.faults(_WORKER))
+PROXY_PORT = ports.s3_proxy(ports.faults(_WORKER))
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +43,8 @@ def fault_stack() -> Iterator[Stack]:
     state_dir = Path(
         os.environ.get("LEDGER_DELETION_FAULTS_STACK_DIR", str(default_state_dir().with_name("faults-stack")))
     )
+    if _WORKER and _WORKER != "gw0":
+        state_dir = state_dir.with_name(f"{state_dir.name}-{_WORKER}")
     stack = Stack(state_dir, FAULT_PORTS)
     was_running = any(stack.pid(service) is not None for service in SERVICES)
     stack.up()

@@ -45,8 +45,10 @@ DEFAULT = StackPorts()
 RECONCILE_BENCH = 22000
 # `bench/benchmark.py`'s stack (its --port-base default).
 BENCH = 23000
-# tests/faults: the private stack the fault tests kill and restart.
+# tests/faults: the private stack the fault tests kill and restart; one per pytest-xdist worker (the tests
+# kill and restart its services, so two workers never share one). Worker gw<n> takes FAULTS_BY_WORKER[n].
 FAULTS = 24000
+FAULTS_BY_WORKER = (FAULTS, 30000, 31000, 21000, 20000, 15000, 14000, 13000)
 # `ledger-deletion soak`'s private stack.
 SOAK = 25000
 # bench/tests/test_benchmark_end_to_end.py: the benchmark run end to end.
@@ -61,13 +63,23 @@ WATCH_BENCH = 29000
 BLOCKS: dict[str, int] = {
     "reconcile-bench": RECONCILE_BENCH,
     "bench": BENCH,
-    "faults": FAULTS,
+    **{f"faults-gw{n}": base for n, base in enumerate(FAULTS_BY_WORKER)},
     "soak": SOAK,
     "bench-test": BENCH_TEST,
     "other-stack": OTHER_STACK,
     "watch-zk-restart": WATCH_ZK_RESTART,
     "watch-bench": WATCH_BENCH,
 }
+
+
+def faults(worker: str | None) -> int:
+    """The fault stack's block of pytest-xdist worker ``worker`` (``PYTEST_XDIST_WORKER``: ``gw0``, ``gw1``,
+    ...; ``None`` outside xdist, which takes the first)."""
+    index = int(worker.removeprefix("gw")) if worker else 0
+    if index >= len(FAULTS_BY_WORKER):
+        most = len(FAULTS_BY_WORKER)
+        raise ValueError(f"{most} fault stacks at most: run pytest with -n {most} or fewer")
+    return FAULTS_BY_WORKER[index]
 
 
 def all_ports() -> dict[str, int]:
