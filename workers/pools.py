@@ -124,6 +124,41 @@ async def run_pools(
     started: asyncio.Future[RunningPools] | None = None,
 ) -> None:
     """Run the given pools until ``stop`` is set, then shut down cleanly."""
+    wanted = _wanted(pools, settings)
+    shadow = settings.mode is Mode.SHADOW
+    # Before any client exists: kazoo and friends log credentials at DEBUG (idempotent).
+    redaction.install(settings)
+    temporal = client or await connect_temporal(settings)
+    running = RunningPools(pools=wanted)
+    hosted = _Queues(settings)
+    async with AsyncExitStack() as stack:
+        if not shadow and wanted & {"bookkeeper", "offload"}:
+            deleting = "+".join(sorted(wanted & {"bookkeeper", "offload"}))
+            running.kill_switch = await _kill_switch(temporal, settings, stop, stack, deleting)
+        # The shared-BookKeeper tripwire: the checks decide by it, the bookkeeper pool asks it again.
+        view = (
+            await _tripwire(temporal, settings, stop, stack)
+            if "workflow" in wanted or ("bookkeeper" in wanted and not shadow)
+            else None
+        )
+        # One builder per pool, in this order: it is the order of the workers (and of their queues).
+        if "workflow" in wanted:
+            await _workflow_pool(settings, hosted, stack, view)
+        if "bookkeeper" in wanted:
+            await _bookkeeper_pool(settings, hosted, stack, running.kill_switch, view)
+        if "offload" in wanted:
+            _offload_pool(settings, hosted, running.kill_switch)
+        if "pulsar" in wanted:
+            await _pulsar_pool(settings, hosted, stack, running, temporal, eager_start="workflow" in wanted)
+        running.workers += [
+            _worker(temporal, queue, what, settings, stack) for queue, what in hosted.queues.items()
+        ]
+        await _serve(running, temporal, settings, stop, stack, started)
+    log.info("pools %s stopped", sorted(wanted))
+
+
+def _wanted(pools: Iterable[str], settings: Settings) -> frozenset[str]:
+    """The pools to run (``all``: every one), refused when the settings cannot serve them."""
     wanted = frozenset(POOLS if "all" in pools else pools)
     unknown = wanted - set(POOLS)
     if unknown:
@@ -142,169 +177,188 @@ async def run_pools(
             "own task queues; with LEDGER_DELETION_COLOCATE_POOLS there is one queue for every activity: "
             "run the pools apart to limit deletes"
         )
+    return wanted
+
+
+async def _workflow_pool(
+    settings: Settings, hosted: _Queues, stack: AsyncExitStack, view: tripwire.View | None
+) -> None:
+    """The workflow, and its read-only checks as its local activities."""
+    queue = hosted.on(settings.task_queue("workflow"))
+    queue.workflows = True
+    queue.checks = _read_only_checks(settings, stack, view)
+    await _check_ledger_layout(queue.checks.ledgers)
+
+
+async def _bookkeeper_pool(
+    settings: Settings,
+    hosted: _Queues,
+    stack: AsyncExitStack,
+    switch: kill_switch.Watch | None,
+    view: tripwire.View | None,
+) -> None:
+    """The one activity that deletes a ledger's metadata; nothing in shadow mode."""
+    if settings.mode is Mode.SHADOW:
+        log.info("shadow mode: the bookkeeper pool has nothing to run (a shadow run deletes no ledger)")
+        return
+    # The one client that can delete, logged in as the identity that may (docs/security.md).
+    store = LedgerStore(
+        settings.zookeeper,
+        settings.bk_ledgers_root,
+        settings.zookeeper_timeout_seconds,
+        connections.zookeeper_digest(settings, deletes=True),
+        connections.zookeeper_security(settings, deletes=True),
+    )
+    stack.callback(store.close)
+    await _check_ledger_layout(store)
+    assert switch is not None  # read in live mode by every process running a deleting pool
+    deletes = BookKeeperDeleteActivities(store, switch.check, view)
+    hosted.add("bookkeeper", [deletes.delete_bk_ledger], settings.bookkeeper_concurrency)
+    hosted.on(settings.task_queue("bookkeeper")).rate = settings.bk_deletes_per_second
+
+
+def _offload_pool(settings: Settings, hosted: _Queues, switch: kill_switch.Watch | None) -> None:
+    """The offloaded objects' delete (live mode) and inspection (both modes)."""
+    offload = OffloadActivities(
+        object_store(settings, settings.offload_concurrency),
+        settings.offload_bucket,
+        settings.s3_endpoint_alias_list,
+        may_delete=switch.check if switch is not None else _shadow_deletes_nothing,
+    )
+    # A live process inspects too: it runs a request outside its live allow-list in shadow.
+    inspect = [offload.inspect_offload_segment]
+    offloads = inspect if settings.mode is Mode.SHADOW else [offload.delete_offload_segment, *inspect]
+    hosted.add("offload", offloads, settings.offload_concurrency)
+    hosted.on(settings.task_queue("offload")).rate = settings.offload_deletes_per_second
+
+
+async def _pulsar_pool(
+    settings: Settings,
+    hosted: _Queues,
+    stack: AsyncExitStack,
+    running: RunningPools,
+    temporal: Client,
+    *,
+    eager_start: bool,
+) -> None:
+    """The consumer and its ingest loop, the dead letters, the acks (on this process's own queue), the audit
+    writer; sets ``running``'s ingestor, ack queue and audit writer."""
     shadow = settings.mode is Mode.SHADOW
-    # Before any client exists: kazoo and friends log credentials at DEBUG (idempotent).
-    redaction.install(settings)
-    temporal = client or await connect_temporal(settings)
-    running = RunningPools(pools=wanted)
-    hosted: dict[str, _Hosted] = {}
+    pulsar_client = connections.pulsar_client(settings)
+    stack.callback(pulsar_client.close)
+    dead_letters = messaging.Publisher(
+        pulsar_client, settings.dead_letter_topic, kept_for=messaging.DEAD_LETTER_SUBSCRIPTION
+    )
+    stack.callback(dead_letters.close)
+    pending = messaging.PendingAcks()
+    identity = instance_id()
+    running.audit = audit_writer(settings, identity)
+    if running.audit is not None:
+        stack.callback(running.audit.close)
+    messaging_activities = MessagingActivities(pending, dead_letters, running.audit, identity)
+    hosted.add("pulsar", [messaging_activities.publish_dead_letter], settings.pulsar_concurrency)
+    running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{identity}"
+    # Every deletion ends with an ack here: as many slots as the pool has activity threads, or under a
+    # backlog the acks queue for a slot behind the dead letters and hold their messages unacked.
+    hosted.queues[running.ack_queue] = _Hosted(
+        activities=[messaging_activities.ack_messages], concurrency=settings.pulsar_concurrency
+    )
+    # The system topic plus per-namespace deletion topics (tenant isolation), as one consumer.
+    subscribe = functools.partial(
+        subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
+    )
+    consumer = await asyncio.to_thread(subscribe)
+    if shadow:
+        # The live subscription must hold every request until a live deployment reads it.
+        await asyncio.to_thread(keep_live_subscription, pulsar_client, settings)
+    stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
+    policy = deletion_policy(settings)
+    # What every workflow this process starts will do, so an operator can check it at a glance.
+    log.info("new deletions: %s", describe_policy(policy))
+    log.info(
+        "mode %s: %s",
+        settings.mode.value,
+        "nothing is deleted"
+        if shadow
+        else f"deletes in {settings.live_scope.describe()}, shadow for the rest",
+    )
+    running.ingestor = Ingestor(
+        temporal=temporal,
+        consumer=consumer,
+        pending=pending,
+        dead_letters=dead_letters,
+        policy=policy,
+        workflow_queue=settings.task_queue("workflow"),
+        ack_queue=running.ack_queue,
+        system_topic=settings.topic,
+        max_inflight=settings.ingest_max_inflight,
+        resubscribe=subscribe,
+        resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,
+        eager_start=eager_start,
+        mode=settings.mode,
+        live_scope=settings.live_scope,
+        audit=running.audit,
+        worker=identity,
+    )
+    stack.callback(running.ingestor.close_consumer)
 
-    def host(pool: str, activities: list[Any], concurrency: int) -> None:
-        queue = hosted.setdefault(settings.task_queue(pool), _Hosted())
-        queue.activities += activities
-        queue.concurrency += concurrency
 
-    async with AsyncExitStack() as stack:
-        if not shadow and wanted & {"bookkeeper", "offload"}:
-            deleting = "+".join(sorted(wanted & {"bookkeeper", "offload"}))
-            running.kill_switch = await _kill_switch(temporal, settings, stop, stack, deleting)
-        switch = running.kill_switch
-        # The shared-BookKeeper tripwire: the checks decide by it, the bookkeeper pool asks it again.
-        view = (
-            await _tripwire(temporal, settings, stop, stack)
-            if "workflow" in wanted or ("bookkeeper" in wanted and not shadow)
-            else None
-        )
-        if "workflow" in wanted:
-            queue = hosted.setdefault(settings.task_queue("workflow"), _Hosted())
-            queue.workflows = True
-            queue.checks = _read_only_checks(settings, stack, view)
-            await _check_ledger_layout(queue.checks.ledgers)
-        if "bookkeeper" in wanted and shadow:
-            log.info("shadow mode: the bookkeeper pool has nothing to run (a shadow run deletes no ledger)")
-        elif "bookkeeper" in wanted:
-            # The one client that can delete, logged in as the identity that may (docs/security.md).
-            store = LedgerStore(
-                settings.zookeeper,
-                settings.bk_ledgers_root,
-                settings.zookeeper_timeout_seconds,
-                connections.zookeeper_digest(settings, deletes=True),
-                connections.zookeeper_security(settings, deletes=True),
+async def _serve(
+    running: RunningPools,
+    temporal: Client,
+    settings: Settings,
+    stop: asyncio.Event,
+    stack: AsyncExitStack,
+    started: asyncio.Future[RunningPools] | None,
+) -> None:
+    """Run the built workers (and the ingest loop, its sweeper and gauge) until ``stop`` is set or one of
+    them ends, then shut them down in the order the module docstring gives."""
+    worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
+    ingest_stop = asyncio.Event()
+    ingest_task: asyncio.Task[None] | None = None
+    sweeper: asyncio.Task[None] | None = None
+    inflight_gauge: asyncio.Task[None] | None = None
+    if running.ingestor is not None:
+        ingest_task = asyncio.create_task(running.ingestor.run(ingest_stop))
+        sweeper = asyncio.create_task(running.ingestor.sweep_forever(stop, settings.ack_sweep_seconds))
+        if settings.inflight_metric_seconds:
+            inflight_gauge = asyncio.create_task(
+                inflight.report_forever(temporal, settings, stop, settings.inflight_metric_seconds)
             )
-            stack.callback(store.close)
-            await _check_ledger_layout(store)
-            assert switch is not None
-            deletes = BookKeeperDeleteActivities(store, switch.check, view)
-            host("bookkeeper", [deletes.delete_bk_ledger], settings.bookkeeper_concurrency)
-            hosted[settings.task_queue("bookkeeper")].rate = settings.bk_deletes_per_second
-        if "offload" in wanted:
-            offload = OffloadActivities(
-                object_store(settings, settings.offload_concurrency),
-                settings.offload_bucket,
-                settings.s3_endpoint_alias_list,
-                may_delete=switch.check if switch is not None else _shadow_deletes_nothing,
-            )
-            # A live process inspects too: it runs a request outside its live allow-list in shadow.
-            inspect = [offload.inspect_offload_segment]
-            offloads = inspect if shadow else [offload.delete_offload_segment, *inspect]
-            host("offload", offloads, settings.offload_concurrency)
-            hosted[settings.task_queue("offload")].rate = settings.offload_deletes_per_second
-        ingest_task: asyncio.Task[None] | None = None
-        ingest_stop = asyncio.Event()
-        if "pulsar" in wanted:
-            pulsar_client = connections.pulsar_client(settings)
-            stack.callback(pulsar_client.close)
-            dead_letters = messaging.Publisher(
-                pulsar_client, settings.dead_letter_topic, kept_for=messaging.DEAD_LETTER_SUBSCRIPTION
-            )
-            stack.callback(dead_letters.close)
-            pending = messaging.PendingAcks()
-            identity = instance_id()
-            running.audit = audit_writer(settings, identity)
-            if running.audit is not None:
-                stack.callback(running.audit.close)
-            messaging_activities = MessagingActivities(pending, dead_letters, running.audit, identity)
-            host("pulsar", [messaging_activities.publish_dead_letter], settings.pulsar_concurrency)
-            running.ack_queue = f"{settings.task_queue('pulsar')}-ack-{identity}"
-            # Every deletion ends with an ack here: as many slots as the pool has activity threads, or under a
-            # backlog the acks queue for a slot behind the dead letters and hold their messages unacked.
-            hosted[running.ack_queue] = _Hosted(
-                activities=[messaging_activities.ack_messages], concurrency=settings.pulsar_concurrency
-            )
-            # The system topic plus per-namespace deletion topics (tenant isolation), as one consumer.
-            subscribe = functools.partial(
-                subscribe_all, pulsar_client, settings, min(settings.ingest_max_inflight, 1000)
-            )
-            consumer = await asyncio.to_thread(subscribe)
-            if shadow:
-                # The live subscription must hold every request until a live deployment reads it.
-                await asyncio.to_thread(keep_live_subscription, pulsar_client, settings)
-            stack.callback(metrics.current().observe_pending_acks("pulsar", pending.__len__))
-            policy = deletion_policy(settings)
-            # What every workflow this process starts will do, so an operator can check it at a glance.
-            log.info("new deletions: %s", describe_policy(policy))
-            log.info(
-                "mode %s: %s",
-                settings.mode.value,
-                "nothing is deleted"
-                if shadow
-                else f"deletes in {settings.live_scope.describe()}, shadow for the rest",
-            )
-            running.ingestor = Ingestor(
-                temporal=temporal,
-                consumer=consumer,
-                pending=pending,
-                dead_letters=dead_letters,
-                policy=policy,
-                workflow_queue=settings.task_queue("workflow"),
-                ack_queue=running.ack_queue,
-                system_topic=settings.topic,
-                max_inflight=settings.ingest_max_inflight,
-                resubscribe=subscribe,
-                resubscribe_idle_seconds=settings.ingest_resubscribe_idle_seconds,
-                eager_start="workflow" in wanted,
-                mode=settings.mode,
-                live_scope=settings.live_scope,
-                audit=running.audit,
-                worker=identity,
-            )
-            stack.callback(running.ingestor.close_consumer)
-        running.workers += [_worker(temporal, queue, what, settings, stack) for queue, what in hosted.items()]
-        worker_tasks = [asyncio.create_task(w.run()) for w in running.workers]
-        sweeper: asyncio.Task[None] | None = None
-        inflight_gauge: asyncio.Task[None] | None = None
-        if running.ingestor is not None:
-            ingest_task = asyncio.create_task(running.ingestor.run(ingest_stop))
-            sweeper = asyncio.create_task(running.ingestor.sweep_forever(stop, settings.ack_sweep_seconds))
-            if settings.inflight_metric_seconds:
-                inflight_gauge = asyncio.create_task(
-                    inflight.report_forever(temporal, settings, stop, settings.inflight_metric_seconds)
-                )
-        ready = readiness.current()
-        checked = {"temporal": functools.partial(_temporal_serving, temporal)}
-        if running.ingestor is not None:
-            checked["pulsar"] = functools.partial(_consumer_connected, running.ingestor)
-        for name, check in checked.items():
-            ready.add(name, check)
-            stack.callback(ready.discard, name)
-        ready_stop = asyncio.Event()  # not ``stop``: the pools also end when a worker fails
-        ready_task = asyncio.create_task(ready.run(ready_stop))
-        log.info("pools %s running (ack queue %s)", sorted(wanted), running.ack_queue or "-")
-        if started is not None and not started.done():
-            started.set_result(running)
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait(
-            [stopped, *worker_tasks, *([ingest_task] if ingest_task else [])],
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        # 1. stop receiving; 2. give in-flight workflows time to ack through us; 3. stop the workers.
-        ingest_stop.set()
-        if ingest_task is not None and running.ingestor is not None:
-            await ingest_task
-            log.info("ingest stopped: %s", running.ingestor.stats)
-            if settings.shutdown_grace_seconds and len(running.ingestor.pending):
-                await _drain(running.ingestor, settings.shutdown_grace_seconds)
-        if sweeper is not None:
-            await sweeper
-        if inflight_gauge is not None:
-            await inflight_gauge
-        ready_stop.set()
-        await ready_task
-        await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
-        for task in worker_tasks:
-            if task.done() and not task.cancelled() and task.exception():
-                log.error("worker failed: %s", task.exception())
-    log.info("pools %s stopped", sorted(wanted))
+    ready = readiness.current()
+    checked = {"temporal": functools.partial(_temporal_serving, temporal)}
+    if running.ingestor is not None:
+        checked["pulsar"] = functools.partial(_consumer_connected, running.ingestor)
+    for name, check in checked.items():
+        ready.add(name, check)
+        stack.callback(ready.discard, name)
+    ready_stop = asyncio.Event()  # not ``stop``: the pools also end when a worker fails
+    ready_task = asyncio.create_task(ready.run(ready_stop))
+    log.info("pools %s running (ack queue %s)", sorted(running.pools), running.ack_queue or "-")
+    if started is not None and not started.done():
+        started.set_result(running)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait(
+        [stopped, *worker_tasks, *([ingest_task] if ingest_task else [])],
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    # 1. stop receiving; 2. give in-flight workflows time to ack through us; 3. stop the workers.
+    ingest_stop.set()
+    if ingest_task is not None and running.ingestor is not None:
+        await ingest_task
+        log.info("ingest stopped: %s", running.ingestor.stats)
+        if settings.shutdown_grace_seconds and len(running.ingestor.pending):
+            await _drain(running.ingestor, settings.shutdown_grace_seconds)
+    if sweeper is not None:
+        await sweeper
+    if inflight_gauge is not None:
+        await inflight_gauge
+    ready_stop.set()
+    await ready_task
+    await asyncio.gather(*(w.shutdown() for w in running.workers), return_exceptions=True)
+    for task in worker_tasks:
+        if task.done() and not task.cancelled() and task.exception():
+            log.error("worker failed: %s", task.exception())
 
 
 async def _temporal_serving(client: Client) -> str:
@@ -467,6 +521,23 @@ class _Checks:
     ledgers: LedgerReader
     activities: list[Any]
     concurrency: int
+
+
+@dataclass
+class _Queues:
+    """What this process serves, by task queue, in the order the pools were built."""
+
+    settings: Settings
+    queues: dict[str, _Hosted] = field(default_factory=dict)
+
+    def on(self, queue: str) -> _Hosted:
+        return self.queues.setdefault(queue, _Hosted())
+
+    def add(self, pool: str, activities: list[Any], concurrency: int) -> None:
+        """``pool``'s activities on its queue (the one queue of every pool with ``colocate_pools``)."""
+        hosted = self.on(self.settings.task_queue(pool))
+        hosted.activities += activities
+        hosted.concurrency += concurrency
 
 
 @dataclass

@@ -4,7 +4,7 @@ The workflow calls activities by name, so a step renamed in the workflow, in an 
 or in the pool that hosts it fails only on the stack, when a task waits on a queue nobody polls. This test
 reads the table and checks each row against the ``Step`` enum, the activity classes (the method defined with
 that name, the adapter its constructor takes), the workflow (local activity or activity, and which pool's
-queue) and ``workers/pools.py`` (which pool's block, or the workflow pool's read-only checks, hosts it).
+queue) and ``workers/pools.py`` (which pool's builder, or the workflow pool's read-only checks, hosts it).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import pkgutil
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import activities
 from ledger_deletion.contracts import Step
@@ -108,25 +107,17 @@ def workflow_calls() -> tuple[set[str], dict[str, str]]:
 
 
 def hosted_methods() -> dict[str, str]:
-    """From workers/pools.py: each activity method name -> the pool whose block hosts it (the workflow pool
-    for its read-only checks, ``_read_only_checks``)."""
+    """From workers/pools.py: each activity method name -> the pool whose builder (``_<pool>_pool``) hosts it
+    (the workflow pool for its read-only checks, ``_read_only_checks``)."""
     tree = ast.parse((ROOT / "workers" / "pools.py").read_text())
+    builders = {f"_{pool}_pool": pool for pool in POOLS} | {"_read_only_checks": "workflow"}
     hosted: dict[str, str] = {}
-
-    def attributes(nodes: list[Any]) -> set[str]:
-        return {n.attr for node in nodes for n in ast.walk(node) if isinstance(n, ast.Attribute)}
-
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef) and node.name == "_read_only_checks":
-            hosted |= dict.fromkeys(attributes(node.body), "workflow")
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare):
-            left, (op,), (right,) = node.test.left, node.test.ops, node.test.comparators
-            if (
-                isinstance(left, ast.Constant)
-                and isinstance(op, ast.In)
-                and getattr(right, "id", "") == "wanted"
-            ):
-                hosted |= dict.fromkeys(attributes(node.body), str(left.value))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in builders:
+            attributes = {
+                n.attr for part in node.body for n in ast.walk(part) if isinstance(n, ast.Attribute)
+            }
+            hosted |= dict.fromkeys(attributes, builders[node.name])
     return hosted
 
 
