@@ -22,7 +22,7 @@ from devstack.stack import Stack, StackEndpoints
 from devstack.stack import default_state_dir as _default_state_dir
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools
+from tests.support import running_pools
 from workers.pools import RunningPools
 
 # Variables of the dev stack and of the tests themselves (state directories, screenshots), not settings of

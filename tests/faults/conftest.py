@@ -29,7 +29,7 @@ from devstack.stack import (
     default_state_dir,
 )
 from ledger_deletion.settings import Settings
-from tests.faults.helpers import make_fault_settings, started_pools
+from tests.faults.support import make_fault_settings, started_pools
 
 # A block of its own (devstack.ports), apart from the shared stack's and every other private stack's: one per
 # pytest-xdist worker, each with its own state directory.

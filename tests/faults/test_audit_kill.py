@@ -29,7 +29,7 @@ from ledger_deletion.audit.store import AuditStore
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.faults.helpers import started_pools
+from tests.faults.support import started_pools
 
 pytestmark = pytest.mark.stack
 

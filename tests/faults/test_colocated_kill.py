@@ -19,8 +19,7 @@ from devstack.cluster import SimulatedCluster
 from devstack.faults import PoolSet, count_redeliverable
 from devstack.stack import Stack
 from ledger_deletion.settings import Settings
-from tests.faults.helpers import started_pools
-from tests.faults.support import run_batch
+from tests.faults.support import run_batch, started_pools
 
 pytestmark = pytest.mark.stack
 

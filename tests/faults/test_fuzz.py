@@ -27,7 +27,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from tests.faults.fuzz_corpus import corpus
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 

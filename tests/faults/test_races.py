@@ -29,8 +29,8 @@ from ledger_deletion.formats.avro import encode_request
 from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.faults.helpers import make_fault_settings
-from tests.helpers import running_pools, wait_until_all_acked
+from tests.faults.support import make_fault_settings
+from tests.support import running_pools, wait_until_all_acked
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

@@ -16,7 +16,7 @@ from devstack.cluster import SimulatedCluster
 from devstack.faults import S3FaultProxy
 from ledger_deletion.settings import Settings
 from tests.faults.support import run_batch
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 

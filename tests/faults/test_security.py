@@ -50,7 +50,7 @@ from ledger_deletion.request import (
 )
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 # The whole module runs with the fault tests (the stack-free checks take milliseconds).
 pytestmark = pytest.mark.stack

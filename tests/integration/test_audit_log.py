@@ -31,7 +31,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from reconcile.cli import audit_decisions
-from tests.helpers import wait_for_result
+from tests.support import wait_for_result
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

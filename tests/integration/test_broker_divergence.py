@@ -31,7 +31,7 @@ from ledger_deletion.contracts import AskOwnerBrokerInput, CheckTopicInput, Dele
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result, wait_until_all_acked
+from tests.support import running_pools, wait_for_result, wait_until_all_acked
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

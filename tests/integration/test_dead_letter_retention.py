@@ -21,8 +21,7 @@ from temporalio.client import Client
 
 from ledger_deletion.adapters import messaging
 from ledger_deletion.settings import Settings
-from tests.helpers import running_pools
-from tests.operators.helpers import eventually
+from tests.support import eventually, running_pools
 
 pytestmark = pytest.mark.stack
 

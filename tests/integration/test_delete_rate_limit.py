@@ -18,7 +18,7 @@ from ledger_deletion.contracts import Outcome
 from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result
+from tests.support import running_pools, wait_for_result
 
 pytestmark = pytest.mark.stack
 

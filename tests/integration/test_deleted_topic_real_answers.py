@@ -25,7 +25,7 @@ from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, topic_path
 from ledger_deletion.contracts import CheckTopicInput, Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result, wait_until_all_acked
+from tests.support import running_pools, wait_for_result, wait_until_all_acked
 
 pytestmark = pytest.mark.stack
 

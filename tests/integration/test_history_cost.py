@@ -32,7 +32,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from ledger_deletion.rollout import workflow_id
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result
+from tests.support import running_pools, wait_for_result
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

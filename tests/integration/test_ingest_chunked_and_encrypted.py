@@ -23,7 +23,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from ledger_deletion.settings import Settings
 from tests.integration.ingest_loop import Loop, running_loop
 from tests.integration.test_ingest_dead_letters import assert_never_started
-from tests.operators.helpers import eventually
+from tests.support import eventually
 from workers.ingest import Ingestor
 
 pytestmark = pytest.mark.stack

@@ -19,7 +19,7 @@ from ledger_deletion.formats.avro import MAX_PAYLOAD_BYTES, decode_request, enco
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from tests.integration.ingest_loop import Loop, running_loop
-from tests.operators.helpers import eventually
+from tests.support import eventually
 from workers import ingest
 
 pytestmark = pytest.mark.stack

@@ -21,7 +21,7 @@ from ledger_deletion.formats.avro import encode_request
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from tests.integration.ingest_loop import unpolled_ingestor
-from tests.operators.helpers import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.stack
 

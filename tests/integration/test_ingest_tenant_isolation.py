@@ -20,7 +20,7 @@ from ledger_deletion.formats.avro import encode_request
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from tests.integration.ingest_loop import Loop, running_loop
-from tests.operators.helpers import eventually
+from tests.support import eventually
 
 pytestmark = pytest.mark.stack
 

@@ -24,7 +24,7 @@ from ledger_deletion.errors import ConfigurationError
 from ledger_deletion.formats.bk_paths import HIERARCHICAL_LAYOUT
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -16,7 +16,7 @@ from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, ma
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import wait_for_result, wait_until_all_acked
+from tests.support import wait_for_result, wait_until_all_acked
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from temporalio.worker import PollerBehaviorSimpleMaximum
 
 from ledger_deletion.settings import Settings
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -16,7 +16,7 @@ from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore
 from ledger_deletion.contracts import Mode
 from ledger_deletion.settings import Settings
 from ledger_deletion.tripwire import View
-from tests.helpers import running_pools
+from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -40,7 +40,7 @@ from ledger_deletion.observability import metrics
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result
+from tests.support import running_pools, wait_for_result
 
 pytestmark = pytest.mark.stack
 

@@ -20,7 +20,7 @@ from devstack.cluster import SimulatedCluster
 from ledger_deletion.contracts import DeletionInput, Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import wait_for_result
+from tests.support import wait_for_result
 
 pytestmark = pytest.mark.stack
 

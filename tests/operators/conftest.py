@@ -23,8 +23,8 @@ from ledger_deletion.observability import metrics, tracing
 from ledger_deletion.observability.setup import interceptors
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools
-from tests.operators.helpers import Observed
+from tests.operators.support import Observed
+from tests.support import running_pools
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,8 @@ from ledger_deletion.ops.dlq import REPLAY_COUNT, REPLAYED_FROM, read_dead_lette
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.submit import RequestPublisher
 from ledger_deletion.tenancy import namespace_of_topic
-from tests.operators.helpers import Observed, eventually, orphan_requests, results_of
+from tests.operators.support import Observed, orphan_requests, results_of
+from tests.support import eventually
 
 pytestmark = pytest.mark.stack
 

@@ -13,7 +13,8 @@ from devstack.cluster import SimulatedCluster
 from ledger_deletion.contracts import DeletionStatus, Outcome
 from ledger_deletion.observability import tracing
 from ledger_deletion.submit import RequestPublisher
-from tests.operators.helpers import Observed, eventually, metric_value, orphan_requests, results_of, scrape
+from tests.operators.support import Observed, metric_value, orphan_requests, results_of, scrape
+from tests.support import eventually
 from workflows.ledger_deletion import STATUS_QUERY
 
 pytestmark = pytest.mark.stack

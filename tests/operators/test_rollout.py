@@ -31,8 +31,8 @@ from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.rollout import ALLOW_LIST_STEP, workflow_id
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools, wait_for_result, wait_until_all_acked
-from tests.operators.helpers import eventually, metric_value, orphan_requests, scrape
+from tests.operators.support import metric_value, orphan_requests, scrape
+from tests.support import eventually, running_pools, wait_for_result, wait_until_all_acked
 
 pytestmark = pytest.mark.stack
 

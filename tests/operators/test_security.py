@@ -22,8 +22,8 @@ from ledger_deletion.observability.setup import interceptors
 from ledger_deletion.ops.dlq import read_dead_letters
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools
-from tests.operators.helpers import Observed, eventually, orphan_requests, results_of, scrape
+from tests.operators.support import Observed, orphan_requests, results_of, scrape
+from tests.support import eventually, running_pools
 
 pytestmark = pytest.mark.stack
 

@@ -29,8 +29,8 @@ from ledger_deletion.contracts import DeletionStatus, Mode, Outcome
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.helpers import running_pools
-from tests.operators.helpers import Observed, eventually, orphan_requests, results_of
+from tests.operators.support import Observed, orphan_requests, results_of
+from tests.support import eventually, running_pools
 from workflows.ledger_deletion import STATUS_QUERY
 
 pytestmark = pytest.mark.stack

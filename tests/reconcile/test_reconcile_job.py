@@ -281,7 +281,7 @@ async def test_submitted_candidates_are_deleted_and_nothing_else(
 
     from ledger_deletion.contracts import Outcome
     from ledger_deletion.submit import publish_requests
-    from tests.helpers import running_pools, wait_for_result
+    from tests.support import running_pools, wait_for_result
 
     tag = uuid.uuid4().hex[:8]
     service_settings = settings.with_overrides(

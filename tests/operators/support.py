@@ -1,10 +1,9 @@
-"""Small helpers shared by the operator tests."""
+"""Support shared by the operator tests: the observed service, orphan requests, their results, metrics."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-import time
 import uuid
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ from devstack.cluster import SimulatedCluster
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from tests.helpers import wait_for_result
+from tests.support import wait_for_result
 from workers.pools import RunningPools
 
 
@@ -67,18 +66,3 @@ def metric_value(text: str, name: str, **labels: str) -> float:
         if all(sample_labels.get(k) == v for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
-
-
-async def eventually(check: object, timeout: float = 20.0) -> None:
-    """Retry an assertion (visibility and metrics are eventually consistent)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            result = check()  # type: ignore[operator]
-            if asyncio.iscoroutine(result):
-                await result
-            return
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)

@@ -1,5 +1,6 @@
-"""Helpers shared by the tests that run the service on the embedded stack: pools in this process, waiting
-for results and acks. Fixtures live in the conftest files; functions tests call live here."""
+"""Support shared by the tests that run the service on the embedded stack: pools in this process, waiting
+for results and acks, retrying an eventually true assertion. Fixtures live in the conftest files; functions
+tests call live here."""
 
 from __future__ import annotations
 
@@ -57,3 +58,18 @@ async def wait_for_result(client: Client, workflow_id: str, timeout: float = 90)
             await asyncio.sleep(0.3)
         except WorkflowFailureError:
             raise
+
+
+async def eventually(check: object, timeout: float = 20.0) -> None:
+    """Retry an assertion (visibility and metrics are eventually consistent)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = check()  # type: ignore[operator]
+            if asyncio.iscoroutine(result):
+                await result
+            return
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
