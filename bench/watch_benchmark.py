@@ -204,14 +204,12 @@ def measure_memory(zookeeper: str, chroot: str) -> dict[str, Any]:
     finally:
         zk.stop()
         zk.close()
-    record_bytes = sum(len(d) for d in snapshot.managed_ledgers.values())
-    topics = len(snapshot.managed_ledgers)
+    topics = snapshot.managed_ledger_count
     return {
         "managed_ledgers": topics,
-        "cursors": len(snapshot.cursors),
-        "schemas": len(snapshot.schemas),
+        "cursors": snapshot.cursor_count,
+        "schemas": snapshot.schema_count,
         "snapshot_bytes": kept,
-        "record_bytes": record_bytes,
         "bytes_per_topic": round(kept / topics),
         "mib_per_100k_topics": round(kept / topics * PER / 2**20, 1),
         "read_seconds_traced": round(seconds, 1),
@@ -434,8 +432,7 @@ def render(result: dict[str, Any]) -> str:
         lines += [
             "memory of the snapshot (Python objects kept after a full read, tracemalloc):",
             f"  {mem['snapshot_bytes'] / 2**20:.1f} MiB = {mem['bytes_per_topic']} B per topic "
-            f"-> {mem['mib_per_100k_topics']} MiB per 100k topics "
-            f"(records themselves: {mem['record_bytes'] / 2**20:.1f} MiB)",
+            f"-> {mem['mib_per_100k_topics']} MiB per 100k topics",
             "",
         ]
     lines += [

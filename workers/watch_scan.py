@@ -4,8 +4,8 @@ the metadata of the ledgers nothing references.
 All reads go through :class:`ledger_deletion.adapters.zk_reads.ZkReads`, the batched reads reconcile's extract
 uses (multi-reads of hundreds of znodes per request on ZooKeeper 3.6+), on the watcher's own sessions. The
 walk of Pulsar's tree is the extract's (``persistent`` directories at depth 3 or 4, their managed ledgers,
-their cursors; schema namespaces), but it keeps every record whole for the diff, where the extract flattens
-them into reference rows (and the extract needs pyarrow, which the watcher does not).
+their cursors; schema namespaces), but it diffs each record into the watcher's snapshot as it reads it, where
+the extract flattens them into reference rows (and the extract needs pyarrow, which the watcher does not).
 """
 
 from __future__ import annotations
@@ -19,18 +19,41 @@ from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_met
 from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode, ledger_path
 from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT
 from ledger_deletion.watch.snapshot import Snapshot
+from ledger_deletion.watch.suspects import Suspect
 
-__all__ = ["list_bk_ledger_ids", "read_bk_metadata", "read_pulsar_metadata", "read_records"]
+__all__ = [
+    "list_bk_ledger_ids",
+    "read_bk_metadata",
+    "read_pulsar_metadata",
+    "read_records",
+    "sync_pulsar_metadata",
+]
 
 _PERSISTENT = "persistent"
 _MAX_DEPTH = 4  # tenant/cluster/namespace/persistent: the deepest a V1 name puts its ``persistent`` level
 _DIGITS = re.compile(r"[0-9]{4}")
 _LEAF = re.compile(r"L[0-9]{4}")
+_CHUNK = 5000  # records per step of the walk: a few MiB of raw records at most
+_LIST_BATCH = 500  # directories listed per step
 
 
 def read_pulsar_metadata(reads: ZkReads) -> Snapshot:
     """A snapshot of every managed ledger, cursor and schema locator in Pulsar's metadata store."""
     snapshot = Snapshot()
+    sync_pulsar_metadata(reads, snapshot)
+    snapshot.rejected.clear()  # nothing was compared: a first read leaves no suspect
+    return snapshot
+
+
+def sync_pulsar_metadata(reads: ZkReads, snapshot: Snapshot) -> list[Suspect]:
+    """Read every record of Pulsar's metadata store into ``snapshot`` in place, and return the suspects of
+    every change since it was last read.
+
+    The walk goes a few thousand records at a time (``_CHUNK``): each read record is diffed and stored at
+    once, and each directory's listing forgets the records it no longer names, so the only copy of the
+    state is the snapshot itself, plus one chunk of raw records and the current listings.
+    """
+    suspects: list[Suspect] = []
     level, persistent_dirs = [MANAGED_LEDGERS_ROOT], []
     for _ in range(_MAX_DEPTH):
         deeper = []
@@ -42,18 +65,60 @@ def read_pulsar_metadata(reads: ZkReads) -> Snapshot:
                 else:
                     deeper.append(path)
         level = deeper
-    ml_paths = [f"{d}/{c}" for d, children in reads.children_many(persistent_dirs) for c in children]
-    cursor_paths = [f"{ml}/{c}" for ml, children in reads.children_many(ml_paths) for c in children]
-    for path, data, _ in reads.get_many(ml_paths):
-        snapshot.load(path, data)
-    for path, data, _ in reads.get_many(cursor_paths):
-        snapshot.load(path, data)
+    topic_dirs: set[str] = set()
+    for group in _groups(reads, persistent_dirs):
+        ml_paths = [f"{d}/{c}" for d, part, _ in group for c in part]
+        cursors = dict(reads.children_many(ml_paths))
+        cursor_paths = [f"{ml}/{c}" for ml in ml_paths for c in cursors.get(ml, ())]
+        found = {path: data for path, data, _ in reads.get_many(ml_paths + cursor_paths)}
+        for ml in ml_paths:
+            listed = cursors.get(ml, [])
+            suspects += snapshot.forget_unlisted(ml, listed)
+            for cursor in listed:
+                suspects += snapshot.apply(f"{ml}/{cursor}", found.get(f"{ml}/{cursor}"))
+            suspects += snapshot.apply(ml, found.get(ml))  # None: deleted since it was listed
+        for directory, _, whole in group:
+            topic_dirs.add(directory)
+            if whole is not None:
+                suspects += snapshot.forget_unlisted(directory, whole)
     tenants = [f"{SCHEMAS_ROOT}/{t}" for t in reads.children(SCHEMAS_ROOT)]
     namespaces = [f"{t}/{ns}" for t, children in reads.children_many(tenants) for ns in children]
-    schema_paths = [f"{ns}/{s}" for ns, children in reads.children_many(namespaces) for s in children]
-    for path, data, _ in reads.get_many(schema_paths):
-        snapshot.load(path, data)
-    return snapshot
+    schema_dirs: set[str] = set()
+    for group in _groups(reads, namespaces):
+        schema_paths = [f"{d}/{c}" for d, part, _ in group for c in part]
+        found = {path: data for path, data, _ in reads.get_many(schema_paths)}
+        for path in schema_paths:
+            suspects += snapshot.apply(path, found.get(path))
+        for directory, _, whole in group:
+            schema_dirs.add(directory)
+            if whole is not None:
+                suspects += snapshot.forget_unlisted(directory, whole)
+    suspects += snapshot.forget_outside(topic_dirs, schema_dirs)
+    return suspects
+
+
+_Part = tuple[str, list[str], frozenset[str] | None]
+
+
+def _groups(reads: ZkReads, directories: Sequence[str]) -> Iterator[list[_Part]]:
+    """The directories' listings in groups of at most ``_CHUNK`` children: ``(directory, some of its
+    children, all of them)``, the last element set on a directory's last part only (a big directory is
+    split across groups, and what its listing no longer names is forgotten once all of it was read)."""
+    group: list[_Part] = []
+    size = 0
+    for start in range(0, len(directories), _LIST_BATCH):
+        for directory, children in reads.children_many(directories[start : start + _LIST_BATCH]):
+            whole = frozenset(children)
+            for at in range(0, max(len(children), 1), _CHUNK):
+                part = children[at : at + _CHUNK]
+                last = at + _CHUNK >= len(children)
+                group.append((directory, part, whole if last else None))
+                size += len(part)
+                if size >= _CHUNK:
+                    yield group
+                    group, size = [], 0
+    if group:
+        yield group
 
 
 def read_records(reads: ZkReads, paths: Sequence[str]) -> dict[str, bytes | None]:

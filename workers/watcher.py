@@ -71,7 +71,7 @@ from ledger_deletion.watch.suspects import Suspect
 from ledger_deletion.watch_contracts import SuspectInput, SuspectPolicy
 from workers.pools import workflow_runner
 from workers.reconcile_schedule import ensure_reconcile_schedule
-from workers.watch_scan import list_bk_ledger_ids, read_bk_metadata, read_pulsar_metadata, read_records
+from workers.watch_scan import list_bk_ledger_ids, read_bk_metadata, read_records, sync_pulsar_metadata
 from workflows.reconcile import ReconcileWorkflow
 from workflows.suspect import LedgerSuspectWorkflow
 
@@ -128,6 +128,7 @@ class Watcher:
         self.reads = ZkReads(metadata_zk)
         self.bk_reads = ZkReads(bk_zk)
         self.other_reads = [ZkReads(zk) for zk in others]
+        self.other_snapshots = [Snapshot() for _ in others]
         self._tripwire_id = tripwire_id
         self._unknown_logged: set[str] = set()
         self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
@@ -260,14 +261,20 @@ class Watcher:
                 await asyncio.to_thread(self._watches.add, root)
         root = self.settings.bk_ledgers_root
         listed = await asyncio.to_thread(list_bk_ledger_ids, self.bk_reads, root)
-        fresh = await asyncio.to_thread(read_pulsar_metadata, self.reads)
         had_records = self.snapshot.records > 0
         store_found = await asyncio.to_thread(self.reads.exists, MANAGED_LEDGERS_ROOT)
+        if not store_found and had_records:
+            # Before the snapshot is touched: read in place, a missing store would empty it.
+            raise PulsarMetadataNotFound(_no_store(self.settings, 0))
+        # In place: each record is diffed into the snapshot as it is read, no second copy beside it.
+        suspects = await asyncio.to_thread(sync_pulsar_metadata, self.reads, self.snapshot)
         # Listed in any cluster's store keeps a ledger: the tags name no cluster and every cluster sharing
         # this BookKeeper draws ids from its one generator (issue 39; PulsarClusterMetadataSetup
-        # --existing-bk-metadata-service-uri).
-        others = [await asyncio.to_thread(read_pulsar_metadata, reads) for reads in self.other_reads]
-        suspects = await asyncio.to_thread(self.snapshot.resync, fresh)
+        # --existing-bk-metadata-service-uri). Their snapshots are kept too, and read in place.
+        others = self.other_snapshots
+        for reads, other in zip(self.other_reads, others, strict=True):
+            await asyncio.to_thread(sync_pulsar_metadata, reads, other)
+            other.rejected.clear()  # another cluster's changes are its own watcher's to request
         ids = await asyncio.to_thread(unreferenced, listed, self.snapshot, others)
         metadata = await asyncio.to_thread(read_bk_metadata, self.bk_reads, root, ids)
         if not store_found and (had_records or pulsar_tagged(metadata)):

@@ -120,8 +120,8 @@ def _managed_ledger_suspect(ledger_id: int, md: LedgerMetadata, stores: Sequence
 
 
 def _newest_of_cursor(store: Snapshot, ml_name: str, cursor: str | None) -> int | None:
-    stored = store.cursors.get((ml_name, cursor), -1) if cursor else -1
-    return stored if stored >= 0 else store.newest_listed(ml_name)
+    stored = store.cursor_ledger(ml_name, cursor) if cursor else None
+    return stored if stored is not None and stored >= 0 else store.newest_listed(ml_name)
 
 
 def _schema_suspect(ledger_id: int, md: LedgerMetadata, stores: Sequence[Snapshot]) -> Suspect | None:

@@ -28,7 +28,7 @@ from ledger_deletion.formats.avro import decode_request
 from ledger_deletion.formats.bk_paths import HIERARCHICAL_LAYOUT
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
-from ledger_deletion.watch.paths import CursorRecord, ManagedLedgerRecord, SchemaRecord, classify
+from ledger_deletion.watch.paths import classify
 from ledger_deletion.watch.snapshot import Snapshot
 from workers.watcher import Watcher, run_watcher
 
@@ -123,14 +123,9 @@ async def until(condition: Any, timeout: float = 30.0, what: str = "condition") 
 
 def _record(snapshot: Snapshot, path: str) -> object:
     """What ``snapshot`` knows of the record at ``path`` (None: nothing)."""
-    record = classify(path)
-    if isinstance(record, ManagedLedgerRecord):
-        return snapshot.managed_ledgers.get(record.name)
-    if isinstance(record, CursorRecord):
-        return snapshot.cursors.get((record.managed_ledger, record.cursor))
-    if isinstance(record, SchemaRecord):
-        return snapshot.schemas.get(record.schema_id)
-    raise ValueError(f"{path} is no record")
+    if classify(path) is None:
+        raise ValueError(f"{path} is no record")
+    return snapshot.known(path)
 
 
 async def seen(watcher: Watcher, zk: KazooClient, *paths: str, timeout: float = 30.0) -> None:

@@ -1,0 +1,121 @@
+"""The compact form of a managed ledger's references (:mod:`ledger_deletion.watch.compact`), and the
+snapshot's in-place resync (:meth:`Snapshot.forget_unlisted`, :meth:`Snapshot.forget_outside`)."""
+
+from __future__ import annotations
+
+import random
+
+from ledger_deletion.formats.managed_ledger import (
+    ManagedLedgerInfo,
+    ledger_info_to_request_context,
+    parse_managed_ledger_info,
+)
+from ledger_deletion.formats.offload_keys import java_uuid_parts
+from ledger_deletion.watch import compact
+from ledger_deletion.watch.snapshot import Snapshot
+
+from .records import ML, ML_PATH, UUID_A, UUID_B, UUID_C, cursor, locator, managed_ledger
+
+NS_DIR = "/managed-ledgers/public/default/persistent"
+
+
+def _references(info: ManagedLedgerInfo) -> list[object]:
+    """What the diff reads of each listed ledger: its id and its offload context without timestamps."""
+    out: list[object] = []
+    for li in info.ledgerInfo:
+        context = ledger_info_to_request_context(li)
+        offload = context.offload_context
+        if offload is not None:
+            segments = [(s.uid_msb, s.uid_lsb, s.driver_metadata) for s in offload.offload_segment]
+            offload_refs = (
+                offload.uid_msb,
+                offload.uid_lsb,
+                offload.complete,
+                offload.bookkeeper_deleted,
+                offload.driver_metadata,
+                segments,
+            )
+            out.append((context.ledger_id, offload_refs))
+        else:
+            out.append((context.ledger_id, None))
+    return out
+
+
+def test_every_reference_the_diff_reads_survives_the_round_trip() -> None:
+    # Out of order and far apart (negative deltas), classic offloads, segments, released copies.
+    data = managed_ledger(
+        [3_000_000_000_000, 5, 7, 2**40, 6],
+        offloads={5: UUID_A, 2**40: UUID_B},
+        segments={7: [UUID_B, UUID_C]},
+        released=[5],
+    )
+    info = parse_managed_ledger_info(data)
+    drivers = compact.Drivers()
+    blob = compact.encode(info, drivers)
+    assert _references(compact.decode(blob, drivers)) == _references(info)
+    assert [(r.ledger_id, r.released) for r in compact.ledgers(blob)] == [
+        (3_000_000_000_000, False),
+        (5, True),
+        (7, False),
+        (2**40, False),
+        (6, False),
+    ]
+    assert compact.newest(blob) == 3_000_000_000_000
+    assert compact.newest(b"") == -1
+
+
+def test_twenty_ledgers_half_offloaded_fit_in_the_floor() -> None:
+    """The issue's shape: ids a cluster-wide sequence apart (200k topics rolling in turn), ten classic
+    offloads of one driver. Ten uuids are 160 bytes; the rest must stay near the ids' own few bytes."""
+    rnd = random.Random(7)
+    ids = [10_000_000 + i * 200_000 + rnd.randrange(1000) for i in range(20)]
+    uuids = {ledger_id: f"{rnd.getrandbits(128):032x}" for ledger_id in ids[:10]}
+    info = ManagedLedgerInfo()
+    for ledger_id in ids:
+        li = info.ledgerInfo.add(ledgerId=ledger_id, entries=50_000, size=2**30, timestamp=1_700_000_000_000)
+        if ledger_id in uuids:
+            hexed = uuids[ledger_id]
+            uuid = f"{hexed[:8]}-{hexed[8:12]}-{hexed[12:16]}-{hexed[16:20]}-{hexed[20:]}"
+            li.offloadContext.uidMsb, li.offloadContext.uidLsb = java_uuid_parts(uuid)
+            li.offloadContext.complete = True
+            li.offloadContext.driverMetadata.name = "aws-s3"
+            for key, value in (("bucket", "pulsar-offload"), ("region", "eu-west-1")):
+                li.offloadContext.driverMetadata.properties.add(key=key, value=value)
+    drivers = compact.Drivers()
+    blob = compact.encode(info, drivers)
+    assert len(blob) <= 10 * 17 + 20 * 4, len(blob)  # uuid + flag byte each; a varint per id
+    assert len(blob) * 4 < info.ByteSize()
+    assert compact.encode(info, drivers) == blob  # one driver slot, shared
+
+
+def test_a_resync_in_place_forgets_what_the_listings_no_longer_name() -> None:
+    snapshot = Snapshot()
+    snapshot.load(ML_PATH, managed_ledger([1, 2], offloads={1: UUID_A}))
+    snapshot.load(f"{ML_PATH}/sub", cursor(7))
+    snapshot.load(f"{ML_PATH}/gone-sub", cursor(8))
+    other = f"{NS_DIR}/other"
+    snapshot.load(other, managed_ledger([30]))
+    elsewhere = "/managed-ledgers/public/removed/persistent/t"
+    snapshot.load(elsewhere, managed_ledger([40]))
+    snapshot.load(f"{elsewhere}/s", cursor(41))
+    snapshot.load("/schemas/public/default/orders", locator([20]))
+    snapshot.load("/schemas/public/removed/t", locator([50]))
+    assert snapshot.records == 8
+
+    # The walk reads the namespace it still finds: ML unchanged, one cursor gone, "other" gone.
+    found = snapshot.forget_unlisted(ML_PATH, ["sub"])
+    found += snapshot.apply(f"{ML_PATH}/sub", cursor(7))
+    found += snapshot.apply(ML_PATH, managed_ledger([1, 2], offloads={1: UUID_A}))
+    found += snapshot.forget_unlisted(NS_DIR, {ML.rsplit("/", 1)[1]})
+    found += snapshot.forget_unlisted("/schemas/public/default", {"orders"})
+    found += snapshot.forget_outside({NS_DIR}, {"/schemas/public/default"})
+    assert {(s.request.ledger_id, s.reason.value) for s in found} == {
+        (8, "cursor-deleted"),
+        (30, "topic-deleted"),
+        (41, "cursor-deleted"),
+        (40, "topic-deleted"),
+        (50, "schema-deleted"),
+    }
+    assert snapshot.records == 3
+    assert snapshot.bk_referenced() == {1, 2, 7, 20}
+    assert snapshot.cursor_ledger(ML, "sub") == 7 and snapshot.cursor_ledger(ML, "gone-sub") is None
