@@ -492,7 +492,7 @@ class Ingestor:
         signal event per deletion and can be eager (the first workflow task comes back in the start reply
         when this process runs the workflow worker). Duplicates take the second round trip instead.
         """
-        delay = 0.5
+        backoff = _Backoff()
         while True:
             try:
                 if await self._hand_over(request, ref):
@@ -505,9 +505,10 @@ class Ingestor:
                         f"Temporal refused {request.workflow_id}: {exc.status.name}: {exc.message}"
                     ) from exc
                 # Temporal unavailable: the message stays unacked and held; keep trying (never drop it).
-                log.warning("start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+                log.warning(
+                    "start of %s failed (%s); retrying in %.1fs", request.workflow_id, exc, backoff.delay
+                )
+                await backoff.wait()
 
     async def _hand_over(self, request: PendingDeleteLedgerInfo, ref: MessageRef) -> bool:
         """One attempt: start the run with the message, or signal the run going; False if that run closed."""
@@ -617,15 +618,14 @@ class Ingestor:
             properties = dead_letter_properties(
                 reason=reason, failed_step=step, attempts=1, workflow_id=workflow_id, original=origin
             )
-            delay = 0.5
+            backoff = _Backoff()
             while True:
                 try:
                     await asyncio.to_thread(self.dead_letters.send, payload, properties)
                     break
                 except LedgerDeletionError as exc:
                     log.warning("dead-lettering %s failed (%s); retrying", key, exc)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, START_RETRY_MAX_SECONDS)
+                    await backoff.wait()
             log.info("dead-lettered message %s (%s): %s", key, step, reason)
         self.stats.dead_lettered += 1
         if self.audit is not None:
@@ -647,6 +647,18 @@ class Ingestor:
             await asyncio.to_thread(self.pending.ack, [key])
         except (MessagingUnavailable, ObjectStoreUnavailable) as exc:
             log.warning("ack of dead-lettered %s failed (%s); the sweeper retries it", key, exc)
+
+
+@dataclass
+class _Backoff:
+    """The wait between two tries of something the ingest never gives up on (a start, a dead letter): the
+    message stays held meanwhile, so it doubles up to ``START_RETRY_MAX_SECONDS`` rather than fail."""
+
+    delay: float = 0.5  # the next wait, in seconds
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.delay)
+        self.delay = min(self.delay * 2, START_RETRY_MAX_SECONDS)
 
 
 def _origin(message: Any, key: str) -> dict[str, str]:

@@ -2,6 +2,9 @@
 
 Deterministic code only. Activities are called by name with an explicit result type, so this module imports
 no I/O library (boto3 in a workflow module breaks the sandbox; kazoo and pulsar would be re-imported per run).
+This module is the orchestration (the steps, their order, the timers and signals); the pure rules it decides
+by (what keeps a ledger, a verdict's outcome, the reasons it gives) are in ``workflows/rules.py``, how it
+reads a failed step in ``workflows/failures.py``.
 
 Flow: verify BK metadata ∥ check topic → ask the owner broker whether the ledger is still in use, re-asking
 on a durable timer during the in-use grace → compare-and-delete the znode (or delete the offloaded objects)
@@ -31,15 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from ledger_deletion import search_attributes as sa
@@ -78,109 +79,34 @@ with workflow.unsafe.imports_passed_through():
         VerifyBkMetadataInput,
         VerifyBkMetadataResult,
     )
-    from ledger_deletion.errors import DeletionPaused
     from ledger_deletion.formats.bk_paths import ledger_path
-    from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo, same_decision
+    from ledger_deletion.request import LedgerType, PendingDeleteLedgerInfo, same_decision
     from ledger_deletion.rollout import ALLOW_LIST_STEP
+    from workflows.failures import attempts_of, describe, pause_note, retry_policy
+    from workflows.rules import (
+        COPY_RELEASED_IN_MEMORY,
+        GONE_ON_RETRY,
+        JOIN_STEP,
+        KEPT_FOR_REPLAY,
+        MAX_JOINED_DECISIONS,
+        MAX_VERSION_RACES,
+        STORE_AHEAD,
+        Done,
+        Finished,
+        Kept,
+        finish_unless_match,
+        listing_of_an_offloaded_copy,
+        ref_key,
+        unsettled,
+        weightiest,
+    )
 
 WORKFLOW_NAME = "LedgerDeletionWorkflow"
 ADD_MESSAGE_SIGNAL = "add_message"
 # Sent by ``ledger-deletion resume`` to every run waiting on the kill switch (DeletionStep=paused).
 RESUME_SIGNAL = "resume"
 STATUS_QUERY = "status"
-MAX_VERSION_RACES = 3  # the znode changed between verify and delete this many times: give up, dead-letter
-# Other requests one run decides for its ledger; any further one is dead-lettered undecided (replayable):
-# a flood of distinct requests for one ledger id costs each a signal, a dead letter and an ack, not a
-# decision. A request from the system topic (the broker's own) is decided past the limit too. A flood long
-# enough reaches Temporal's history limit; the run is then terminated and the sweeper hands its held
-# messages to a new run.
-MAX_JOINED_DECISIONS = 10
-JOIN_STEP = "join"  # the failed step of a joined request dead-lettered undecided
-GONE_ON_RETRY = (
-    "znode gone when a retried delete ran: removed by the failed attempt before its reply was lost, or by "
-    "something else; not known which"
-)
-
 _R = TypeVar("_R")
-
-# Read-only: the service runs workflows outside the SDK's sandbox, so module state is shared by every run.
-_VERDICT_OUTCOME: Mapping[Verdict, Outcome] = MappingProxyType(
-    {
-        Verdict.NOT_FOUND: Outcome.ALREADY_DELETED,
-        Verdict.MISMATCH: Outcome.SKIPPED_METADATA_MISMATCH,
-        Verdict.NOT_PULSAR: Outcome.SKIPPED_NOT_PULSAR,
-        Verdict.UNKNOWN_NAMESPACE: Outcome.SKIPPED_UNKNOWN_NAMESPACE,
-    }
-)
-
-
-KEPT_FOR_REPLAY = "KeptForReplay"  # the error type of a request kept in the dead-letter topic to be replayed
-# Why a request kept past the grace is dead-lettered rather than acked as in use: the broker will not send it
-# again, so acking it would lose it.
-_STORE_AHEAD = (
-    "its owner broker does not list it: ManagedLedgerImpl.internalTrimLedgers drops a trimmed ledger from "
-    "memory before it writes the store, and a failed write is not rolled back, so the broker will not send "
-    "this request again; replay it once the store no longer lists the ledger (the owner's next store write) "
-    "or the topic has reloaded (then it is in use again, and trimmed and sent anew)"
-)
-_COPY_RELEASED_IN_MEMORY = (
-    "ManagedLedgerImpl marks an offloaded ledger's BookKeeper copy bookkeeperDeleted in memory before it "
-    "writes the store, so the broker will not send this request again; replay it once the store says the "
-    "copy is released, or the topic has reloaded"
-)
-_STILL_OPEN = (
-    "Pulsar trims only closed ledgers (the current one never), so an open data ledger is being written or "
-    "was left open by a writer that died mid-rollover; replay it once it is closed or listed nowhere"
-)
-# Rollover closes the current ledger before it creates the next (ManagedLedgerImpl.rollCurrentLedgerIfFull ->
-# ledgerClosed -> createLedgerAfterClosed), and a topic load recovers only the last ledger its list names
-# (ManagedLedgerImpl.initialize): an OPEN data ledger older than the newest listed one, listed nowhere, is one
-# a broker left when it died mid-rollover, and nothing will ever close it. Re-queueing it would be endless.
-_LEFT_OPEN = (
-    "a broker left it OPEN when it died mid-rollover (it is older than the newest listed ledger, and a topic "
-    "load recovers only the last listed one), so nothing will close it; to have it deleted, recover and "
-    "close it with `bin/bookkeeper shell readledger --ledgerid {ledger} --force-recovery --firstentryid 0 "
-    "--lastentryid 0` (an open with recovery closes it), check that `bin/bookkeeper shell ledgermetadata "
-    "--ledgerid {ledger}` says CLOSED, then request it again (reconcile and the watcher's resync find it)"
-)
-_NEWER_THAN_LISTED = (
-    "a rollover, a cursor switch or a schema write creates its ledger before it writes the store, and "
-    "PIP-186's own consumer defers ids above the highest in use; replay it once the store lists it or a "
-    "newer ledger"
-)
-
-
-@dataclass(frozen=True)
-class _Kept:
-    """What keeps a ledger at one check, and whether the broker sends the request again once it lets go."""
-
-    where: str
-    resent: bool  # the owner itself still uses it: it trims it later and sends a new request
-    replay_when: str = ""  # not resent: why the request is kept (dead-lettered) rather than acked
-    # Not resent and nothing will change it: reported with this outcome past the grace, acked (the reason
-    # in ``replay_when`` says what an operator does).
-    report_as: Outcome | None = None
-    owner: str = ""  # the owner broker's URL when it is the broker that still uses the ledger
-
-
-@dataclass(frozen=True)
-class _Done:
-    """What deciding one request came to (``Decision`` less the request and the failed step)."""
-
-    outcome: Outcome
-    reason: str = ""
-    deleted_keys: list[str] = field(default_factory=list)
-    would_delete_keys: list[str] = field(default_factory=list)
-    bytes: int = 0
-
-
-class _Finished(Exception):
-    """Internal: a step decided the outcome early (not an error)."""
-
-    def __init__(self, outcome: Outcome, reason: str) -> None:
-        super().__init__(reason)
-        self.outcome = outcome
-        self.reason = reason
 
 
 @workflow.defn(name=WORKFLOW_NAME)
@@ -216,7 +142,7 @@ class LedgerDeletionWorkflow:
     def add_message(self, ref: MessageRef) -> None:
         # A message is acked by the process holding it. Pulsar redelivers a message with the same id to a
         # new holder when the old one dies, so a reference is (holder, id): the same pair twice is one ack.
-        key = _ref_key(ref)
+        key = ref_key(ref)
         if key not in self._refs:
             self._refs[key] = ref
             self._begun_at_arrival[key] = len(self._decided) + (self._in_decision is not None)
@@ -257,7 +183,7 @@ class LedgerDeletionWorkflow:
         unacked = await self._ack_all(policy)
         self._step = Step.DONE
         everything = [decision for _, decision in self._decided]
-        final = _weightiest(everything)
+        final = weightiest(everything)
         _publish_outcome(final)
         # Requests dead-lettered past the limit are counted, not listed: the result stays small.
         decisions = [d for d in everything if d.failed_step != JOIN_STEP]
@@ -295,17 +221,17 @@ class LedgerDeletionWorkflow:
                 f"more than {MAX_JOINED_DECISIONS} other requests for this ledger joined one run: "
                 "not decided there; replay it"
             )
-            done = _Done(await self._give_up(request, policy, reason, failed_step, 0), reason)
+            done = Done(await self._give_up(request, policy, reason, failed_step, 0), reason)
         else:
             try:
                 done = await self._delete(request, policy)
-            except _Finished as finished:
-                done = _Done(finished.outcome, finished.reason)
+            except Finished as finished:
+                done = Done(finished.outcome, finished.reason)
             except (ActivityError, ApplicationError) as err:
                 step = self._failed_step or self._step
-                failed_step, reason, attempts = step.value, _describe(err), _attempts_of(err, policy, step)
+                failed_step, reason, attempts = step.value, describe(err), attempts_of(err, policy, step)
                 self._attempts, self._last_error = attempts, reason
-                done = _Done(await self._give_up(request, policy, reason, failed_step, attempts), reason)
+                done = Done(await self._give_up(request, policy, reason, failed_step, attempts), reason)
         decision = Decision(
             request.summary(),
             request.topic_name,
@@ -319,7 +245,7 @@ class LedgerDeletionWorkflow:
         self._decided.append((request, decision))
         self._evidence_of.append((self._evidence, workflow.now().isoformat()))
         self._in_decision = None
-        self._outcome = _weightiest([d for _, d in self._decided]).outcome.value
+        self._outcome = weightiest([d for _, d in self._decided]).outcome.value
         self._tell("\n".join(f"{d.request}: {d.outcome.value} {d.reason}".strip() for _, d in self._decided))
         return decision
 
@@ -339,15 +265,14 @@ class LedgerDeletionWorkflow:
 
     # --- deletion ------------------------------------------------------------------------------------------
 
-    async def _delete(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> _Done:
+    async def _delete(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> Done:
         if req.ledger_type is LedgerType.LEDGER:
             # Both are read-only and independent: one workflow task schedules both.
             topic, verified = await asyncio.gather(
                 self._check_topic(req, policy),
                 self._verify(req, policy),
             )
-            if verified.verdict is not Verdict.MATCH:
-                raise _Finished(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+            finish_unless_match(verified)
             verified = await self._wait_until_old_enough(req, policy, verified)
             verified = await self._wait_until_schema_releases(req, policy, verified)
             verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
@@ -366,7 +291,7 @@ class LedgerDeletionWorkflow:
                 policy,
                 f"objects of ledger {req.ledger_id} of {req.managed_ledger_name} (HEAD only)",
             )
-            return _Done(seen.outcome, seen.reason, would_delete_keys=seen.keys, bytes=seen.bytes)
+            return Done(seen.outcome, seen.reason, would_delete_keys=seen.keys, bytes=seen.bytes)
         while True:
             self._tell(f"deleting the offloaded objects of ledger {req.ledger_id}")
             result = await self._destructive(
@@ -378,7 +303,7 @@ class LedgerDeletionWorkflow:
                 f"objects of ledger {req.ledger_id} of {req.managed_ledger_name}",
             )
             if result is not None:
-                return _Done(result.outcome, result.reason, result.deleted_keys, bytes=result.bytes)
+                return Done(result.outcome, result.reason, result.deleted_keys, bytes=result.bytes)
             # Resumed after a pause: what was checked before it may have changed since; check again.
             await self._wait_until_unused(req, policy, topic)
 
@@ -408,6 +333,11 @@ class LedgerDeletionWorkflow:
             + (", its BookKeeper copy released?" if check_bk_copy_released else ""),
         )
 
+    async def _verified(self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy) -> VerifyBkMetadataResult:
+        """Verify the ledger again; one that is no longer the ledger requested ends the decision with its
+        verdict's outcome (``Finished``)."""
+        return finish_unless_match(await self._verify(req, policy))
+
     async def _wait_until_unused(
         self,
         req: PendingDeleteLedgerInfo,
@@ -424,17 +354,17 @@ class LedgerDeletionWorkflow:
           the owner answers from memory, which a trim updates before the store, and the next owner loads it
           from the store. The store is read after the owner's answer, so a trim under way is seen;
         - a BookKeeper ledger still open, or newer than every ledger its owner lists in the store.
-        Past the grace these three are dead-lettered, not acked (``_Kept.replay_when``). Returns the latest
+        Past the grace these three are dead-lettered, not acked (``Kept.replay_when``). Returns the latest
         verification.
         """
         owner_check = topic.exists and self._in_use_check_wanted(req)
         offload_store_check = req.ledger_type is LedgerType.OFFLOAD_LEDGER and topic.exists
-        settled = verified is None or not (verified.metadata_store_listing or _unsettled(req, verified))
+        settled = verified is None or not (verified.metadata_store_listing or unsettled(req, verified))
         if not owner_check and not offload_store_check and settled:
             return verified
         latest = verified
 
-        async def referenced(check: int) -> _Kept | None:
+        async def referenced(check: int) -> Kept | None:
             nonlocal latest
             if owner_check and (kept := await self._owner_reference(req, policy, latest is not None)):
                 return kept
@@ -442,15 +372,13 @@ class LedgerDeletionWorkflow:
                 # A listing goes away and a ledger settles (closed, listed below a newer one), never back:
                 # only what kept the ledger is read again, when it was read before the owner's answer or
                 # before a wait.
-                if not (latest.metadata_store_listing or _unsettled(req, latest)):
+                if not (latest.metadata_store_listing or unsettled(req, latest)):
                     return None
                 if owner_check or check:
-                    latest = await self._verify(req, policy)
-                    if latest.verdict is not Verdict.MATCH:
-                        raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+                    latest = await self._verified(req, policy)
                 if latest.metadata_store_listing:
-                    return _Kept(latest.metadata_store_listing, resent=False, replay_when=_STORE_AHEAD)
-                return _unsettled(req, latest)
+                    return Kept(latest.metadata_store_listing, resent=False, replay_when=STORE_AHEAD)
+                return unsettled(req, latest)
             if offload_store_check:
                 listed = await self._check(
                     Step.CHECK_OFFLOAD_LISTED,
@@ -460,7 +388,7 @@ class LedgerDeletionWorkflow:
                     f"ledger {req.ledger_id} in {req.managed_ledger_name}",
                 )
                 if listed.listing:
-                    return _Kept(listed.listing, resent=False, replay_when=_STORE_AHEAD)
+                    return Kept(listed.listing, resent=False, replay_when=STORE_AHEAD)
             return None
 
         await self._wait_out_grace(req, policy, referenced)
@@ -468,7 +396,7 @@ class LedgerDeletionWorkflow:
 
     async def _owner_reference(
         self, req: PendingDeleteLedgerInfo, policy: DeletionPolicy, store_decides: bool
-    ) -> _Kept | None:
+    ) -> Kept | None:
         """How the topic's owner broker still references the ledger, or None when it does not.
 
         An owner that refuses to load the topic (a transaction-internal managed ledger) cannot say. For a
@@ -498,17 +426,17 @@ class LedgerDeletionWorkflow:
             req, policy, answer
         ):
             return None
-        if _listing_of_an_offloaded_copy(req, answer):
+        if listing_of_an_offloaded_copy(req, answer):
             # The owner reads the ledger from tiered storage; the store has not released its BookKeeper
             # copy (bookkeeperDeleted) that the request is for.
-            return _Kept(
+            return Kept(
                 f"{req.topic_name} reads it from tiered storage, yet Pulsar's metadata store has not "
                 "released its BookKeeper copy",
                 resent=False,
-                replay_when=_COPY_RELEASED_IN_MEMORY,
+                replay_when=COPY_RELEASED_IN_MEMORY,
             )
         owner = f" on its owner broker {answer.owner_url}" if answer.owner_url else ""
-        return _Kept(
+        return Kept(
             f"still referenced by {req.topic_name} ({answer.referenced_as}){owner}",
             resent=True,
             owner=answer.owner_url,
@@ -532,7 +460,7 @@ class LedgerDeletionWorkflow:
         retention trims it, reading it from tiered storage; once its ManagedLedgerInfo also says
         ``bookkeeperDeleted`` the broker has given up the BookKeeper copy, which this request may delete.
         Only for the BookKeeper copy of a data ledger."""
-        if not _listing_of_an_offloaded_copy(req, answer):
+        if not listing_of_an_offloaded_copy(req, answer):
             return False
         released = await self._verify(
             req, policy, check_bk_copy_released=True, owner_listed_digest=answer.listed_digest
@@ -580,15 +508,13 @@ class LedgerDeletionWorkflow:
         referenced, and deleting it would break the schema."""
         latest = verified
 
-        async def listed(check: int) -> _Kept | None:
+        async def listed(check: int) -> Kept | None:
             nonlocal latest
             if check:  # the first answer is the verification already made
-                latest = await self._verify(req, policy)
-                if latest.verdict is not Verdict.MATCH:
-                    raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
+                latest = await self._verified(req, policy)
             # The locator is the schema registry's only record: a delete whose update failed failed, and the
             # one deleting the schema asks again.
-            return _Kept(latest.reason, resent=True) if latest.schema_referenced else None
+            return Kept(latest.reason, resent=True) if latest.schema_referenced else None
 
         await self._wait_out_grace(req, policy, listed)
         return latest
@@ -597,7 +523,7 @@ class LedgerDeletionWorkflow:
         self,
         req: PendingDeleteLedgerInfo,
         policy: DeletionPolicy,
-        referenced: Callable[[int], Awaitable[_Kept | None]],
+        referenced: Callable[[int], Awaitable[Kept | None]],
     ) -> None:
         """Ask ``referenced`` (what still keeps the ledger, or None) up to ``in_use_rechecks`` more times on
         a durable timer. Still kept after the last: acked as in use (SKIPPED_IN_USE) when the broker will
@@ -609,9 +535,9 @@ class LedgerDeletionWorkflow:
             if check == policy.in_use_rechecks:
                 where = f"{kept.where} after {check + 1} checks"
                 if kept.resent:
-                    raise _Finished(Outcome.SKIPPED_IN_USE, where)
+                    raise Finished(Outcome.SKIPPED_IN_USE, where)
                 if kept.report_as is not None:
-                    raise _Finished(kept.report_as, f"{where}: {kept.replay_when}")
+                    raise Finished(kept.report_as, f"{where}: {kept.replay_when}")
                 self._step = Step.WAIT_IN_USE
                 raise ApplicationError(
                     f"{where}: {kept.replay_when}", type=KEPT_FOR_REPLAY, non_retryable=True
@@ -651,10 +577,7 @@ class LedgerDeletionWorkflow:
         await workflow.sleep(
             timedelta(seconds=policy.min_ledger_age_seconds - age), summary=Step.WAIT_LEDGER_AGE.value
         )
-        latest = await self._verify(req, policy)
-        if latest.verdict is not Verdict.MATCH:
-            raise _Finished(_VERDICT_OUTCOME[latest.verdict], latest.reason)
-        return latest
+        return await self._verified(req, policy)
 
     async def _delete_bk_ledger(
         self,
@@ -662,7 +585,7 @@ class LedgerDeletionWorkflow:
         policy: DeletionPolicy,
         verified: VerifyBkMetadataResult,
         topic: CheckTopicResult,
-    ) -> _Done:
+    ) -> Done:
         races = 0
         while True:
             path = ledger_path(req.ledger_id, policy.bk_ledgers_root)
@@ -672,7 +595,7 @@ class LedgerDeletionWorkflow:
                 evidence = (
                     f"would compare-and-delete {path} at znode version {verified.znode_version}; {size}"
                 )
-                return _Done(Outcome.WOULD_DELETE, evidence, would_delete_keys=[path], bytes=verified.length)
+                return Done(Outcome.WOULD_DELETE, evidence, would_delete_keys=[path], bytes=verified.length)
             self._tell(f"deleting ledger {req.ledger_id}: {path} at znode version {verified.znode_version}")
             deleted = await self._destructive(
                 Step.DELETE_BK_LEDGER,
@@ -684,13 +607,13 @@ class LedgerDeletionWorkflow:
             )
             if deleted is not None:
                 if deleted.status is DeleteBkLedgerStatus.DELETED:
-                    return _Done(Outcome.DELETED, "", bytes=verified.length)
+                    return Done(Outcome.DELETED, "", bytes=verified.length)
                 if deleted.status is DeleteBkLedgerStatus.ALREADY_DELETED:
-                    return _Done(Outcome.ALREADY_DELETED, "znode disappeared before delete")
+                    return Done(Outcome.ALREADY_DELETED, "znode disappeared before delete")
                 if deleted.status is DeleteBkLedgerStatus.GONE_ON_RETRY:
-                    return _Done(Outcome.ALREADY_DELETED, GONE_ON_RETRY)
+                    return Done(Outcome.ALREADY_DELETED, GONE_ON_RETRY)
                 if deleted.status is DeleteBkLedgerStatus.TRIPPED:
-                    return _Done(
+                    return Done(
                         Outcome.SKIPPED_UNKNOWN_NAMESPACE,
                         f"namespace {verified.unknown_namespace} is not this cluster's and the "
                         "shared-BookKeeper tripwire tripped before the delete",
@@ -700,9 +623,7 @@ class LedgerDeletionWorkflow:
             # Changed, or resumed after a pause (which may have lasted long enough for anything to change):
             # verify again, and ask again whatever keeps a ledger; a ledger's metadata changes when someone
             # writes, closes or recovers it.
-            verified = await self._verify(req, policy)
-            if verified.verdict is not Verdict.MATCH:
-                return _Done(_VERDICT_OUTCOME[verified.verdict], verified.reason)
+            verified = await self._verified(req, policy)
             verified = await self._wait_until_schema_releases(req, policy, verified)
             verified = await self._wait_until_bk_ledger_unused(req, policy, topic, verified)
             if races == MAX_VERSION_RACES:
@@ -726,7 +647,7 @@ class LedgerDeletionWorkflow:
         own grace).
         """
         request = self._request_of(ref)
-        arrived_after = self._begun_at_arrival.get(_ref_key(ref), 0)
+        arrived_after = self._begun_at_arrival.get(ref_key(ref), 0)
         same = [
             (decision, number)
             for number, (decided, decision) in enumerate(self._decided, 1)
@@ -751,7 +672,7 @@ class LedgerDeletionWorkflow:
             result_type=DeadLetterResult,
             task_queue=policy.pulsar_queue,
             start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(Step.PUBLISH_DEAD_LETTER)),
-            retry_policy=_retry_policy(forever),
+            retry_policy=retry_policy(forever),
             summary=(
                 f"{Step.PUBLISH_DEAD_LETTER.value}: ledger {req.ledger_id} of {req.topic_name}, "
                 f"failed step {step}"
@@ -788,7 +709,7 @@ class LedgerDeletionWorkflow:
                 *(self._ack(queue, refs, policy) for queue, refs in by_queue.items())
             )
             for refs, acked in zip(by_queue.values(), results, strict=True):
-                self._settled.update(_ref_key(ref) for ref in refs)
+                self._settled.update(ref_key(ref) for ref in refs)
                 if acked is None:
                     lost += len(refs)
                 else:
@@ -838,7 +759,7 @@ class LedgerDeletionWorkflow:
             )
             return result
         except ActivityError as err:
-            workflow.logger.warning("ack of %d message(s) on %s failed: %s", len(ids), queue, _describe(err))
+            workflow.logger.warning("ack of %d message(s) on %s failed: %s", len(ids), queue, describe(err))
             return None
 
     async def _activity(
@@ -854,13 +775,13 @@ class LedgerDeletionWorkflow:
                 result_type=result_type,
                 task_queue=queue,
                 start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(step)),
-                retry_policy=_retry_policy(policy.retry_for(step)),
+                retry_policy=retry_policy(policy.retry_for(step)),
                 summary=f"{step.value}: {subject}"[:200],
             )
             self._evidence[step.value] = evidence_json(result, workflow.now().isoformat())
             return result
         except ActivityError as err:
-            if _pause_note(err) is None:  # the kill switch is no failure of the step
+            if pause_note(err) is None:  # the kill switch is no failure of the step
                 self._failed(step, err)
             raise
 
@@ -876,7 +797,7 @@ class LedgerDeletionWorkflow:
         try:
             return await self._activity(step, arg, result_type, queue, policy, subject)
         except ActivityError as err:
-            note = _pause_note(err)
+            note = pause_note(err)
             if note is None:
                 raise
         previous = self._step
@@ -913,7 +834,7 @@ class LedgerDeletionWorkflow:
                 arg,
                 result_type=result_type,
                 start_to_close_timeout=timedelta(seconds=policy.timeout_seconds_for(step)),
-                retry_policy=_retry_policy(policy.retry_for(step)),
+                retry_policy=retry_policy(policy.retry_for(step)),
                 local_retry_threshold=timedelta(seconds=policy.local_retry_threshold_seconds),
                 summary=f"{step.value}: {subject}"[:200],
             )
@@ -928,42 +849,7 @@ class LedgerDeletionWorkflow:
     def _failed(self, step: Step, err: ActivityError | ApplicationError) -> None:
         # With steps running in parallel, the first one to fail is the one to report.
         self._failed_step = self._failed_step or step
-        self._last_error = _describe(err)
-
-
-def _listing_of_an_offloaded_copy(req: PendingDeleteLedgerInfo, answer: AskOwnerBrokerResult) -> bool:
-    """The owner lists a data ledger whose offload is complete, and the request is for its BookKeeper copy."""
-    return (
-        answer.offloaded
-        and answer.referenced_as == "ledgers"
-        and req.ledger_type is LedgerType.LEDGER
-        and req.ledger_component is LedgerComponent.MANAGED_LEDGER
-    )
-
-
-def _unsettled(req: PendingDeleteLedgerInfo, verified: VerifyBkMetadataResult) -> _Kept | None:
-    """A BookKeeper ledger not yet settled enough to delete: a data ledger still open, or a ledger newer than
-    everything its owner lists in Pulsar's metadata store. (A cursor ledger is deleted open by Pulsar itself:
-    ManagedCursorImpl.switchToNewLedger deletes the old one without closing it.)"""
-    data = req.ledger_component is LedgerComponent.MANAGED_LEDGER
-    if data and verified.state == "OPEN" and verified.newest_listed > req.ledger_id:
-        return _Kept(
-            f"ledger {req.ledger_id} is OPEN in BookKeeper, older than the newest listed "
-            f"({verified.newest_listed})",
-            False,
-            _LEFT_OPEN.format(ledger=req.ledger_id),
-            report_as=Outcome.SKIPPED_LEFT_OPEN,
-        )
-    if data and verified.state in ("OPEN", "IN_RECOVERY"):
-        return _Kept(f"ledger {req.ledger_id} is {verified.state} in BookKeeper", False, _STILL_OPEN)
-    if 0 <= verified.newest_listed < req.ledger_id:
-        return _Kept(
-            f"ledger {req.ledger_id} is newer than every ledger its owner lists in Pulsar's metadata store "
-            f"(newest {verified.newest_listed})",
-            False,
-            _NEWER_THAN_LISTED,
-        )
-    return None
+        self._last_error = describe(err)
 
 
 def _publish_outcome(final: Decision) -> None:
@@ -981,76 +867,3 @@ def _publish_outcome(final: Decision) -> None:
             sa.DELETION_BYTES.value_set(final.bytes),
         ]
     )
-
-
-def _pause_note(err: BaseException) -> str | None:
-    """The kill switch's note when a delete was refused because deletions are paused, else None."""
-    cause = err.cause if isinstance(err, ActivityError) else None
-    if isinstance(cause, ApplicationError) and cause.type == DeletionPaused.__name__:
-        return cause.message
-    return None
-
-
-_WEIGHT: Mapping[Outcome, int] = MappingProxyType(
-    {  # what happened to the ledger first, then what needs an operator, then why it was left alone
-        Outcome.DELETED: 0,
-        Outcome.WOULD_DELETE: 0,
-        Outcome.DEAD_LETTERED: 1,
-        Outcome.WOULD_DEAD_LETTER: 1,
-        Outcome.ALREADY_DELETED: 2,
-        Outcome.SKIPPED_IN_USE: 3,
-        Outcome.SKIPPED_METADATA_MISMATCH: 4,
-        Outcome.SKIPPED_NOT_PULSAR: 5,
-        Outcome.SKIPPED_UNKNOWN_NAMESPACE: 6,
-        Outcome.SKIPPED_LEFT_OPEN: 7,
-    }
-)
-
-
-def _weightiest(decisions: list[Decision]) -> Decision:
-    """The decision a run reports (result and DeletionOutcome) when it decided more than one request: a
-    ledger one request deleted is deleted, whatever a forged one beside it was told."""
-    return min(decisions, key=lambda d: _WEIGHT[d.outcome])
-
-
-def _ref_key(ref: MessageRef) -> str:
-    return f"{ref.ack_queue}|{ref.message_id}"
-
-
-def _retry_policy(spec: RetrySpec) -> RetryPolicy:
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=spec.initial_seconds),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=max(spec.max_interval_seconds, spec.initial_seconds)),
-        maximum_attempts=spec.max_attempts,
-        # No non_retryable_error_types: the activity boundary raises permanent errors as non-retryable
-        # (activities/_boundary.py), and the list would be written into every activity's history event.
-    )
-
-
-def _root_cause(err: BaseException) -> BaseException:
-    while isinstance(err, ActivityError) or (isinstance(err, TimeoutError) and err.cause is not None):
-        if err.cause is None:
-            break
-        err = err.cause
-    return err
-
-
-def _describe(err: BaseException) -> str:
-    cause = _root_cause(err)
-    if isinstance(cause, ApplicationError):
-        return f"{cause.type or 'ApplicationError'}: {cause.message}"[:500]
-    if isinstance(cause, TimeoutError):
-        kind = TimeoutType(cause.type).name if cause.type is not None else "UNKNOWN"
-        return f"timeout ({kind})"
-    return f"{type(cause).__name__}: {cause}"[:500]
-
-
-def _attempts_of(err: BaseException, policy: DeletionPolicy, step: Step) -> int:
-    """Attempts of the failed step: reported by the activity in its error details, else from the policy."""
-    cause = _root_cause(err)
-    if isinstance(cause, ApplicationError) and cause.details:
-        detail = cause.details[0]
-        if isinstance(detail, dict) and isinstance(detail.get("attempt"), int):
-            return int(detail["attempt"])
-    return policy.retry_for(step).max_attempts if isinstance(err, ActivityError) else 1

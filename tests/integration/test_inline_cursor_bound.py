@@ -20,7 +20,7 @@ from ledger_deletion.contracts import Verdict, VerifyBkMetadataInput
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, cursor_custom_metadata
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
-from workflows.ledger_deletion import _unsettled
+from workflows.rules import unsettled
 
 pytestmark = pytest.mark.stack
 
@@ -59,7 +59,7 @@ def test_a_cursor_ledger_newer_than_every_data_ledger_is_unsettled_while_the_cur
             verified = ActivityEnvironment().run(checks.verify_bk_metadata, VerifyBkMetadataInput(request))
             assert verified.verdict is Verdict.MATCH and not verified.metadata_store_listing, verified
             assert verified.newest_listed == max(data), verified  # was -1: no bound at all
-            kept = _unsettled(request, verified)
+            kept = unsettled(request, verified)
             assert (kept is None) is settled, (ledger_id, kept)
     finally:
         ledgers.close()

@@ -1,6 +1,6 @@
 """The service runs workflows outside the SDK's sandbox (``workflow_sandbox`` turns it back on).
 
-Without the sandbox every run shares the workflow module's globals, so that module must hold no mutable state.
+Without the sandbox every run shares the workflow modules' globals, so they must hold no mutable state.
 The sandbox's other guard, against restricted calls, stays in the tests: the workflow tests run sandboxed and
 the recorded histories replay both ways (tests/workflow).
 """
@@ -13,7 +13,9 @@ import pytest
 from temporalio.worker import UnsandboxedWorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
-import workflows.ledger_deletion as workflow_module
+import workflows.failures
+import workflows.ledger_deletion
+import workflows.rules
 from ledger_deletion.loading import load_settings
 from ledger_deletion.settings import Settings
 from workers.pools import workflow_runner
@@ -29,12 +31,18 @@ def test_the_sandbox_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(workflow_runner(load_settings()), SandboxedWorkflowRunner)
 
 
-def test_the_workflow_module_holds_no_mutable_state() -> None:
+@pytest.mark.parametrize(
+    "module", [workflows.ledger_deletion, workflows.rules, workflows.failures], ids=lambda m: m.__name__
+)
+def test_the_workflow_modules_hold_no_mutable_state(module: types.ModuleType) -> None:
     mutable = {
         name: type(value).__name__
-        for name, value in vars(workflow_module).items()
+        for name, value in vars(module).items()
         if isinstance(value, list | dict | set | bytearray) and not name.startswith("__")
     }
     assert mutable == {}
-    # The one table the module keeps is a read-only view.
-    assert isinstance(workflow_module._VERDICT_OUTCOME, types.MappingProxyType)
+
+
+def test_the_rules_tables_are_read_only_views() -> None:
+    assert isinstance(workflows.rules.VERDICT_OUTCOME, types.MappingProxyType)
+    assert isinstance(workflows.rules.WEIGHT, types.MappingProxyType)
