@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.workflow.environment import start_environment
-from tests.workflow.test_workflow_logic import Fakes, Harness
+from tests.workflow.support import Fakes, Harness
 from workflows.ledger_deletion import LedgerDeletionWorkflow
 
 

@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 from ledger_deletion.contracts import DeleteBkLedgerStatus, MessageRef, Mode, RetrySpec, Verdict
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from tests.workflow.environment import start_environment
-from tests.workflow.test_workflow_logic import (
+from tests.workflow.support import (
     FORGED_TOPIC,
     Fakes,
     Harness,

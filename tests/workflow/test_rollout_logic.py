@@ -14,7 +14,7 @@ from ledger_deletion import search_attributes as sa
 from ledger_deletion.contracts import DeletionResult, DeletionStatus, MessageRef, Mode, Outcome, Step
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.rollout import ALLOW_LIST_STEP
-from tests.workflow.test_workflow_logic import Harness, data_request, offload_request
+from tests.workflow.support import Harness, data_request, offload_request
 from workflows.ledger_deletion import RESUME_SIGNAL, STATUS_QUERY
 
 
