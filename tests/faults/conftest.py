@@ -19,6 +19,7 @@ from temporalio.client import Client
 from devstack import ports
 from devstack.cluster import SimulatedCluster
 from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
+from devstack.soak import PEER_ROOT
 from devstack.stack import (
     DUMMY_AWS_CREDENTIALS,
     S3_REGION,
@@ -59,7 +60,17 @@ def fault_stack() -> Iterator[Stack]:
 
 @pytest.fixture(scope="session")
 def fault_endpoints(fault_stack: Stack) -> StackEndpoints:
-    return fault_stack.endpoints()
+    endpoints = fault_stack.endpoints()
+    # The second Pulsar cluster every test's settings declare (LEDGER_DELETION_BOOKKEEPER_SHARED_WITH) has a
+    # store from the start, whichever module a worker runs first: a declared store without /managed-ledgers is
+    # refused (adapters/zookeeper.py), and a batch's peer would otherwise create it only when one is built.
+    client = endpoints.zookeeper_client()
+    try:
+        client.ensure_path(f"{PEER_ROOT}/managed-ledgers")
+    finally:
+        client.stop()
+        client.close()
+    return endpoints
 
 
 @pytest.fixture(scope="session")
