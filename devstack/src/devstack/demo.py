@@ -2,7 +2,9 @@
 
 1. bring the stack up (installs what is missing); 2. start every pool in shadow mode, on a deletion topic and
 task queues of the run's own (:func:`devstack.demo_shadow.run_settings`); 3. write a small Pulsar cluster
-into ZooKeeper and S3 and trim it the way PIP-186's mark phase does (publish, then update metadata); 4. wait
+into a ZooKeeper chroot of its own, read by an admin emulator of its own, with ledger ids no earlier run is
+keyed by (:mod:`devstack.demo_state`: whatever ran on the stack before stays out of sight), and into S3, and
+trim it the way PIP-186's mark phase does (publish, then update metadata); 4. wait
 until shadow mode has decided every request; 5. print the shadow report (what live mode would delete, per
 tenant and namespace, with bytes) and check that ZooKeeper and S3 are unchanged and the live subscription
 still holds every message; 6. start the pools in live mode and wait until every request is done and acked;
@@ -22,6 +24,7 @@ import contextlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +46,10 @@ from devstack.demo_shadow import (
     settled_report,
     storage_of,
 )
+from devstack.demo_state import DemoCluster, LedgerIds, OwnCluster, fresh_ledger_ids, own_cluster
 from devstack.demo_watch import run_watch_step
 from devstack.scenario import Case, Scenario, build_and_mark
-from devstack.stack import Stack, default_state_dir
+from devstack.stack import HOST, Stack, StackEndpoints, default_state_dir
 from ledger_deletion.contracts import DeletionResult, Mode, Outcome
 from ledger_deletion.loading import load_settings
 from ledger_deletion.ops.dlq import read_dead_letters
@@ -75,6 +79,9 @@ STYLE = {
     Outcome.DEAD_LETTERED: "red",
 }
 Results = dict[str, DeletionResult]  # by the live workflow id of the case's request
+# Ledger ids the demo checks beforehand (devstack.demo_state.fresh_ledger_ids): its scenario takes 19, the
+# watcher's step 3 and one per rollover.
+LEDGER_IDS = 32
 
 
 def run_demo(console: Console, *, grace_seconds: float = 3.0, state_dir: Path | None = None) -> int:
@@ -85,11 +92,13 @@ def run_demo(console: Console, *, grace_seconds: float = 3.0, state_dir: Path | 
 async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) -> int:
     console.rule("[bold]1. embedded stack")
     with console.status("starting ZooKeeper, Temporal, pulsar-lite, S3 and the admin emulator..."):
-        endpoints = await asyncio.to_thread(Stack(state_dir or default_state_dir()).up)
+        stack = Stack(state_dir or default_state_dir())
+        endpoints = await asyncio.to_thread(stack.up)
     for name, value in endpoints.as_env().items():
         os.environ.setdefault(name, value)  # boto3 and friends read the standard variables
-    # The stack's endpoints, and a deletion topic of the run's own: both modes see this run's requests only.
-    settings = run_settings(
+    # The stack's endpoints, and a deletion topic and task queues of the run's own: both modes see this run's
+    # requests only.
+    base = run_settings(
         load_settings().with_overrides(
             **endpoints.settings().model_dump(include=ENDPOINT_FIELDS),
             in_use_rechecks=2,
@@ -100,6 +109,28 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
             mode=Mode.LIVE,
         )
     )
+    client = await Client.connect(base.temporal_address, namespace=base.temporal_namespace)
+    root_zk = endpoints.zookeeper_client()
+    try:
+        # State of its own (devstack.demo_state): whatever earlier runs left in the stack stays out of sight.
+        root = SimulatedCluster(root_zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
+        ids = await fresh_ledger_ids(client, root.new_ledger_ids, LEDGER_IDS)
+        metrics = f"http://{HOST}:{stack.ports.pulsar_metrics}/metrics"  # for the live backlog (step 5)
+        with own_cluster(endpoints, base, "demo", pulsar_metrics=metrics) as own:
+            return await _steps(console, endpoints, client, own, ids)
+    finally:
+        # The run's kill switch, made by its live pools: no process reads it again.
+        with contextlib.suppress(RPCError):
+            await client.get_schedule_handle(base.kill_switch_id).delete()
+        root_zk.stop()
+        root_zk.close()
+
+
+async def _steps(
+    console: Console, endpoints: StackEndpoints, client: Client, own: OwnCluster, ids: LedgerIds
+) -> int:
+    """Steps 2 to 9 on the demo's own cluster; the exit code."""
+    settings, zk = own.settings, own.zk
     shadow = settings.with_overrides(mode=Mode.SHADOW)
     console.print(
         f"Temporal {settings.temporal_address} (UI {endpoints.temporal_ui_url}), Pulsar {settings.pulsar_url}"
@@ -107,146 +138,130 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
     console.print(
         f"ZooKeeper {settings.zookeeper}, S3 {settings.s3_endpoint}, admin {settings.pulsar_admin_url}"
     )
+    run = uuid.uuid4().hex[:8]
+    namespace, watch_namespace = f"demo/run-{run}", f"demo/watch-{run}"
+    console.rule("[bold]2. pools in shadow mode")
+    async with _pools(shadow, client) as running:
+        console.print(
+            f"every pool running in shadow on {settings.topic}, subscription "
+            f"{shadow.ingest_subscription}, task queues {shadow.queue_prefix}-*; the live subscription "
+            f"{settings.subscription} is made, not read"
+        )
 
-    client = await Client.connect(settings.temporal_address, namespace=settings.temporal_namespace)
-    zk = endpoints.zookeeper_client()
-    stamp = time.strftime("%H%M%S")
-    namespace, watch_namespace = f"demo/run-{stamp}", f"demo/watch-{stamp}"
-    try:
-        console.rule("[bold]2. pools in shadow mode")
-        async with _pools(shadow, client) as running:
-            console.print(
-                f"every pool running in shadow on {settings.topic}, subscription "
-                f"{shadow.ingest_subscription}, task queues {shadow.queue_prefix}-*; the live subscription "
-                f"{settings.subscription} is made, not read"
+        console.rule("[bold]3. a Pulsar cluster, trimmed the PIP-186 way")
+        cluster = DemoCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket, ids=ids)
+        with RequestPublisher(settings) as publisher:
+            scenario = await asyncio.to_thread(
+                build_and_mark, cluster, namespace, publisher.publish, publisher.publish_raw
             )
-
-            console.rule("[bold]3. a Pulsar cluster, trimmed the PIP-186 way")
-            cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
-            with RequestPublisher(settings) as publisher:
-                scenario = await asyncio.to_thread(
-                    build_and_mark, cluster, namespace, publisher.publish, publisher.publish_raw
-                )
-            before = storage_of(cluster, scenario)
-            console.print(
-                f"namespace {namespace}: {len(scenario.cases)} requests ({scenario.message_count} messages "
-                "incl. duplicates and garbage) published, topic metadata updated"
-            )
-
-            console.rule("[bold]4. shadow mode decides every request")
-            decided = await _wait(console, client, scenario, Mode.SHADOW)
-            shadow_unacked = await _drain(running)
-            left_to_live = _ingestor(running).stats.dead_lettered
-
-        console.rule("[bold]5. what live mode would delete")
-        runs = len({c.request.workflow_id for c in scenario.cases})
-        found, backlog, shadow_letters = await asyncio.gather(
-            settled_report(client, namespace, runs),
-            live_backlog(settings, scenario.message_count),
-            asyncio.to_thread(read_dead_letters, settings),
-        )
-        console.print(report_table(found))
-        console.print(f"[dim]the same table: ledger-deletion report --namespace {namespace}[/dim]")
-        changed = [name for name, there in storage_of(cluster, scenario).items() if there != before[name]]
-        shadow_wrong = [
-            c
-            for c in scenario.cases
-            if decided[c.request.workflow_id].outcome is not _expected(c, Mode.SHADOW)
-        ]
-        shadow_ok = all(
-            (
-                _fact(
-                    console,
-                    not shadow_wrong,
-                    f"shadow outcomes as expected: {len(scenario.cases) - len(shadow_wrong)} of "
-                    f"{len(scenario.cases)}",
-                ),
-                _fact(
-                    console,
-                    not changed,
-                    f"ZooKeeper and S3 unchanged: {len(before)} ledger znodes and objects checked"
-                    + (f"; changed: {', '.join(changed)}" if changed else ""),
-                ),
-                _fact(
-                    console,
-                    backlog == scenario.message_count,
-                    f"live subscription holds {backlog} of {scenario.message_count} messages",
-                ),
-                _fact(
-                    console, shadow_unacked == 0, f"shadow subscription: {shadow_unacked} messages unacked"
-                ),
-                _fact(
-                    console,
-                    not shadow_letters,
-                    f"dead letters: {len(shadow_letters)} (shadow left {left_to_live} undecodable to live)",
-                ),
-            )
-        )
-
-        console.rule("[bold]6. pools in live mode: the same requests, deleted")
-        async with _pools(settings, client) as running:
-            console.print(f"every pool running live, subscription {settings.subscription}")
-            results = await _wait(console, client, scenario, Mode.LIVE)
-            unacked = await _drain(running)
-        letters = await asyncio.to_thread(read_dead_letters, settings)
-        dead = sum(d.failed_step == "decode" for d in letters)
-
-        console.rule("[bold]7. what happened")
-        console.print(_table(scenario, decided, results))
-        problems = scenario.check_storage()
-        wrong = [c for c in scenario.cases if results[c.request.workflow_id].outcome is not c.expected]
-        disagree = agreement(cluster, decided.values(), results.values())
-        verdict = "[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]"
-        deleted, kept = scenario.ledgers_deleted, scenario.ledgers_kept
+        before = storage_of(cluster, scenario)
         console.print(
-            f"storage: {len(deleted)} ledgers, {len(scenario.objects_deleted)} objects gone; "
-            f"{len(kept)} ledgers, {len(scenario.objects_kept)} objects kept: {verdict}"
+            f"namespace {namespace}: {len(scenario.cases)} requests ({scenario.message_count} messages "
+            "incl. duplicates and garbage) published, topic metadata updated"
         )
-        would = sum(r.outcome is Outcome.WOULD_DELETE for r in decided.values())
-        _fact(
-            console,
-            not disagree,
-            f"live deleted what shadow said: {would} runs, same ledgers, objects and bytes"
-            if not disagree
-            else "live and shadow disagree: " + "; ".join(disagree),
-        )
-        console.print(
-            f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}"
-            + (f" ({len(letters) - dead} other dead letters)" if len(letters) > dead else "")
-        )
-        console.print(f"messages left unacked: {unacked}")
 
-        console.rule("[bold]8. an orphan no one asked to delete, caught by the watcher (no scan)")
-        watched = await run_watch_step(
-            console, client, endpoints, settings, watch_namespace, cluster.new_ledger_ids
+        console.rule("[bold]4. shadow mode decides every request")
+        decided = await _wait(console, client, scenario, Mode.SHADOW)
+        shadow_unacked = await _drain(running)
+        left_to_live = _ingestor(running).stats.dead_lettered
+
+    console.rule("[bold]5. what live mode would delete")
+    runs = len({c.request.workflow_id for c in scenario.cases})
+    found, backlog, shadow_letters = await asyncio.gather(
+        settled_report(client, namespace, runs),
+        live_backlog(settings, scenario.message_count),
+        asyncio.to_thread(read_dead_letters, settings),
+    )
+    console.print(report_table(found))
+    console.print(f"[dim]the same table: ledger-deletion report --namespace {namespace}[/dim]")
+    changed = [name for name, there in storage_of(cluster, scenario).items() if there != before[name]]
+    shadow_wrong = [
+        c for c in scenario.cases if decided[c.request.workflow_id].outcome is not _expected(c, Mode.SHADOW)
+    ]
+    shadow_ok = all(
+        (
+            _fact(
+                console,
+                not shadow_wrong,
+                f"shadow outcomes as expected: {len(scenario.cases) - len(shadow_wrong)} of "
+                f"{len(scenario.cases)}",
+            ),
+            _fact(
+                console,
+                not changed,
+                f"ZooKeeper and S3 unchanged: {len(before)} ledger znodes and objects checked"
+                + (f"; changed: {', '.join(changed)}" if changed else ""),
+            ),
+            _fact(
+                console,
+                backlog == scenario.message_count,
+                f"live subscription holds {backlog} of {scenario.message_count} messages",
+            ),
+            _fact(console, shadow_unacked == 0, f"shadow subscription: {shadow_unacked} messages unacked"),
+            _fact(
+                console,
+                not shadow_letters,
+                f"dead letters: {len(shadow_letters)} (shadow left {left_to_live} undecodable to live)",
+            ),
         )
-        console.rule("[bold]9. what the audit log kept: ledger-deletion audit --summary")
-        audited = await show_audit(console, settings, namespace, scenario.cases)
-        query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
-        console.print(
-            f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
-            f"{settings.temporal_namespace}/workflows?query={query}"
-        )
-        ok = (
-            shadow_ok
-            and not problems
-            and not wrong
-            and not disagree
-            and unacked == 0
-            and dead == len(letters) == len(scenario.garbage)
-            and watched
-            and audited
-        )
-        console.print(
-            "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
-        )
-        return 0 if ok else 1
-    finally:
-        # The run's kill switch, made by its live pools: no process reads it again.
-        with contextlib.suppress(RPCError):
-            await client.get_schedule_handle(settings.kill_switch_id).delete()
-        zk.stop()
-        zk.close()
+    )
+
+    console.rule("[bold]6. pools in live mode: the same requests, deleted")
+    async with _pools(settings, client) as running:
+        console.print(f"every pool running live, subscription {settings.subscription}")
+        results = await _wait(console, client, scenario, Mode.LIVE)
+        unacked = await _drain(running)
+    letters = await asyncio.to_thread(read_dead_letters, settings)
+    dead = sum(d.failed_step == "decode" for d in letters)
+
+    console.rule("[bold]7. what happened")
+    console.print(_table(scenario, decided, results))
+    problems = scenario.check_storage()
+    wrong = [c for c in scenario.cases if results[c.request.workflow_id].outcome is not c.expected]
+    disagree = agreement(cluster, decided.values(), results.values())
+    verdict = "[green]as expected[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]"
+    deleted, kept = scenario.ledgers_deleted, scenario.ledgers_kept
+    console.print(
+        f"storage: {len(deleted)} ledgers, {len(scenario.objects_deleted)} objects gone; "
+        f"{len(kept)} ledgers, {len(scenario.objects_kept)} objects kept: {verdict}"
+    )
+    would = sum(r.outcome is Outcome.WOULD_DELETE for r in decided.values())
+    _fact(
+        console,
+        not disagree,
+        f"live deleted what shadow said: {would} runs, same ledgers, objects and bytes"
+        if not disagree
+        else "live and shadow disagree: " + "; ".join(disagree),
+    )
+    console.print(
+        f"undecodable payloads sent to {settings.dead_letter_topic}: {dead} of {len(scenario.garbage)}"
+        + (f" ({len(letters) - dead} other dead letters)" if len(letters) > dead else "")
+    )
+    console.print(f"messages left unacked: {unacked}")
+
+    console.rule("[bold]8. an orphan no one asked to delete, caught by the watcher (no scan)")
+    watched = await run_watch_step(console, client, endpoints, settings, watch_namespace, ids)
+    console.rule("[bold]9. what the audit log kept: ledger-deletion audit --summary")
+    audited = await show_audit(console, settings, namespace, scenario.cases)
+    query = quote(f'PulsarNamespace="{namespace}" OR PulsarNamespace="{watch_namespace}"')
+    console.print(
+        f"\nInspect every workflow in the Temporal UI:\n  {endpoints.temporal_ui_url}/namespaces/"
+        f"{settings.temporal_namespace}/workflows?query={query}"
+    )
+    ok = (
+        shadow_ok
+        and not problems
+        and not wrong
+        and not disagree
+        and unacked == 0
+        and dead == len(letters) == len(scenario.garbage)
+        and watched
+        and audited
+    )
+    console.print(
+        "[bold green]demo passed[/bold green]" if ok else "[bold red]demo found problems[/bold red]"
+    )
+    return 0 if ok else 1
 
 
 @contextlib.asynccontextmanager

@@ -10,8 +10,8 @@ The step runs on a cluster of its own: a chroot of the stack's ZooKeeper holding
 BookKeeper's ledgers, two emulated admin brokers reading it, its own deletion topic and task queues, and
 pools and a watcher configured for it as a deployment beside that cluster would be. A watcher takes in its
 whole metadata store: on the stack's root, where every test session leaves orphans, its first resync would
-request them all. Ledger ids still come from the root's id generator: they key workflows in the stack's one
-Temporal namespace.
+request them all. Ledger ids are the caller's (the demo's are checked against Temporal,
+``devstack.demo_state.fresh_ledger_ids``): they key workflows in the stack's one Temporal namespace.
 """
 
 from __future__ import annotations
@@ -31,15 +31,14 @@ from rich.console import Console
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from devstack.admin_emulator import AdminEmulator
 from devstack.broker_sim import SimulatedBroker
 from devstack.cluster import SimulatedCluster
+from devstack.demo_state import own_cluster
 from devstack.stack import StackEndpoints
 from ledger_deletion import connections
-from ledger_deletion.adapters.zookeeper import MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT, kazoo_client
 from ledger_deletion.contracts import DeletionResult, Outcome
 from ledger_deletion.formats.avro import decode_request
-from ledger_deletion.formats.bk_paths import DEFAULT_LEDGERS_ROOT, HIERARCHICAL_LAYOUT, ledger_path
+from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.request import PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.watch.suspects import REASON_PROPERTY, SOURCE, SOURCE_PROPERTY, Reason, Suspect
@@ -69,35 +68,15 @@ def _corner(
     endpoints: StackEndpoints, base: Settings, allocate: Callable[[int], list[int]]
 ) -> Iterator[_Corner]:
     run = uuid.uuid4().hex[:8]
-    chroot = f"/demo-watch-{run}"
-    hosts = f"{endpoints.zookeeper}{chroot}"
-    with contextlib.ExitStack() as stack:
-        root_zk = endpoints.zookeeper_client()
-        stack.callback(root_zk.close)
-        stack.callback(root_zk.stop)
-        # What BookKeeper and Pulsar create at a cluster's first start.
-        root_zk.create(f"{chroot}{DEFAULT_LEDGERS_ROOT}/LAYOUT", HIERARCHICAL_LAYOUT, makepath=True)
-        stack.callback(root_zk.delete, chroot, recursive=True)
-        for path in (f"{DEFAULT_LEDGERS_ROOT}/idgen", MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT):
-            root_zk.ensure_path(f"{chroot}{path}")
-        zk = kazoo_client(hosts, 10.0)
-        zk.start(timeout=10)
-        stack.callback(zk.close)
-        stack.callback(zk.stop)
-        emulator = AdminEmulator(hosts, port=0, owner_port=0, cluster=base.pulsar_cluster).start()
-        stack.callback(emulator.stop)
-        settings = base.with_overrides(
-            zookeeper=hosts,
-            pulsar_metadata_zookeeper="",
-            pulsar_admin_url=emulator.urls[0],
-            admin_trusted_hosts=emulator.urls[1].split("://", 1)[1],  # where broker A's 307s lead
+    with own_cluster(endpoints, base, "demo-watch") as own:
+        settings = own.settings.with_overrides(
             topic=f"persistent://pulsar/system/__ledger_deletion_demo_{run}",
             task_queue_prefix=f"ld-demo-watch-{run}",
             watch_delay_seconds=WATCH_DELAY_SECONDS,
             reconcile_schedule="",  # no scan of any kind: what is deleted, the watcher asked for
         )
-        cluster = SimulatedCluster(zk, endpoints.s3_client(), bucket=settings.offload_bucket)
-        yield _Corner(zk, SimulatedBroker(cluster, allocate), settings)
+        cluster = SimulatedCluster(own.zk, endpoints.s3_client(), bucket=settings.offload_bucket)
+        yield _Corner(own.zk, SimulatedBroker(cluster, allocate), settings)
 
 
 class _RequestReader:
