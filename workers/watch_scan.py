@@ -17,13 +17,20 @@ from ledger_deletion.adapters.zk_reads import ZkReads
 from ledger_deletion.errors import MetadataFormatError
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.bk_paths import LEDGER_PARENT_PATTERN, is_special_znode, ledger_path
-from ledger_deletion.watch.paths import MANAGED_LEDGERS_ROOT, SCHEMAS_ROOT
+from ledger_deletion.watch.paths import (
+    MANAGED_LEDGERS_ROOT,
+    SCHEMAS_ROOT,
+    CursorRecord,
+    SchemaRecord,
+    classify,
+)
 from ledger_deletion.watch.snapshot import Snapshot
 from ledger_deletion.watch.suspects import Suspect
 
 __all__ = [
     "list_bk_ledger_ids",
     "read_bk_metadata",
+    "read_new_children",
     "read_pulsar_metadata",
     "read_records",
     "sync_pulsar_metadata",
@@ -55,9 +62,11 @@ def sync_pulsar_metadata(reads: ZkReads, snapshot: Snapshot) -> list[Suspect]:
     """
     suspects: list[Suspect] = []
     level, persistent_dirs = [MANAGED_LEDGERS_ROOT], []
+    walked: set[str] = set()
     for _ in range(_MAX_DEPTH):
         deeper = []
         for parent, children in reads.children_many(level):
+            walked.add(parent)
             for child in children:
                 path = f"{parent}/{child}"
                 if child == _PERSISTENT and parent != MANAGED_LEDGERS_ROOT:
@@ -94,6 +103,31 @@ def sync_pulsar_metadata(reads: ZkReads, snapshot: Snapshot) -> list[Suspect]:
             if whole is not None:
                 suspects += snapshot.forget_unlisted(directory, whole)
     suspects += snapshot.forget_outside(topic_dirs, schema_dirs)
+    snapshot.directories = {*walked, *topic_dirs, SCHEMAS_ROOT, *tenants, *schema_dirs}
+    return suspects
+
+
+def read_new_children(reads: ZkReads, snapshot: Snapshot, parents: Sequence[str]) -> list[Suspect]:
+    """After a catch-up reported that ``parents`` gained or lost children: read what the snapshot does not
+    know below them (new tenants, namespaces, topics, cursors, schemas, and everything below those) into
+    it. What left them fires its own deletion event."""
+    suspects: list[Suspect] = []
+    level = [
+        f"{parent}/{child}"
+        for parent, children in reads.children_many(parents)
+        for child in children
+        if child not in snapshot.known_children(parent)
+    ]
+    while level:
+        records = [path for path in level if classify(path) is not None]
+        found = {path: data for path, data, _ in reads.get_many(records)}
+        for path in level:
+            if classify(path) is None:
+                snapshot.directories.add(path)
+            elif path in found:
+                suspects += snapshot.apply(path, found[path])
+        parents_next = [p for p in level if not isinstance(classify(p), CursorRecord | SchemaRecord)]
+        level = [f"{p}/{c}" for p, children in reads.children_many(parents_next) for c in children]
     return suspects
 
 

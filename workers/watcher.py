@@ -12,12 +12,17 @@ check runs on whichever watcher is up); one of them at a time, elected through a
 3. it follows the queued changes: each changed znode is read once (the changes of a round in batched
    multi-reads), diffed against what it knew, and each suspect starts a workflow that waits out the delay.
 
-A connection that drops loses the watches and the changes meanwhile: on reconnection the watcher resyncs
-(step 1 and 2 against the snapshot it kept). A session that expires loses the lock too; the watcher then
-competes for it again and, winning, resyncs the same way. Two watchers acting at once (a paused process that
-has not yet noticed its session expired) only start the same suspects twice, which their workflow ids dedupe
-while a run is open. Every ``LEDGER_DELETION_WATCH_RESYNC_SECONDS`` it resyncs again (step 2 alone), so an
-orphan no diff shows (never listed, or whose earlier suspect ended) is requested within the delay plus that.
+A connection that drops loses the watches. On reconnection within the same session (a ZooKeeper server
+restarted, a rolling restart of the ensemble, a network blip shorter than the session timeout) the watcher
+catches up instead of resyncing: it adds the watches again and has ZooKeeper fire an event for every record
+it knows that changed since the last answer before the drop, and for every directory whose children changed
+(``SetWatches`` with that zxid, :meth:`PersistentWatches.catch_up`); those records are read and diffed as in
+step 3. A session that expires loses the lock too; the watcher then competes for it again and, winning,
+resyncs (step 1 and 2 against the snapshot it kept), as at a start. Two watchers acting at once (a paused
+process that has not yet noticed its session expired) only start the same suspects twice, which their
+workflow ids dedupe while a run is open. Every ``LEDGER_DELETION_WATCH_RESYNC_SECONDS`` it resyncs again
+(step 2 alone), so an orphan no diff shows (never listed, or whose earlier suspect ended) is requested within
+the delay plus that.
 
 The watcher deletes nothing: a suspect still there after the delay is published as a request, which the
 deletion service decides like any other.
@@ -53,7 +58,7 @@ from activities.watch import SuspectActivities
 from ledger_deletion import connections, tripwire
 from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zk_reads import ZkReads
-from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, WatchEvent
+from ledger_deletion.adapters.zk_watch import EventKind, PersistentWatches, ReceivedBytes, WatchEvent
 from ledger_deletion.adapters.zookeeper import LedgerReader, PulsarMetadataStore, kazoo_client
 from ledger_deletion.contracts import RetrySpec
 from ledger_deletion.errors import PulsarMetadataNotFound
@@ -71,7 +76,13 @@ from ledger_deletion.watch.suspects import Suspect
 from ledger_deletion.watch_contracts import SuspectInput, SuspectPolicy
 from workers.pools import workflow_runner
 from workers.reconcile_schedule import ensure_reconcile_schedule
-from workers.watch_scan import list_bk_ledger_ids, read_bk_metadata, read_records, sync_pulsar_metadata
+from workers.watch_scan import (
+    list_bk_ledger_ids,
+    read_bk_metadata,
+    read_new_children,
+    read_records,
+    sync_pulsar_metadata,
+)
 from workflows.reconcile import ReconcileWorkflow
 from workflows.suspect import LedgerSuspectWorkflow
 
@@ -89,7 +100,10 @@ class WatchStats:
 
     leading: bool = False
     elected: int = 0  # times this process won the election
-    resyncs: int = 0  # at start, after reconnections, and every LEDGER_DELETION_WATCH_RESYNC_SECONDS
+    resyncs: int = 0  # at start, after a session loss, and every LEDGER_DELETION_WATCH_RESYNC_SECONDS
+    catch_ups: int = 0  # reconnections within the session, caught up without a resync
+    resync_bytes: int = 0  # read from ZooKeeper by the last resync, start to end (every connection)
+    catch_up_bytes: int = 0  # read by the catch-ups themselves (not the reads of what they reported)
     events: int = 0  # watch events received while leading
     rounds: int = 0
     znodes_read: int = 0  # by the watch itself, not by resyncs
@@ -134,8 +148,17 @@ class Watcher:
         self._queue: asyncio.Queue[WatchEvent | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._watches = PersistentWatches(metadata_zk, self._on_event)
-        self._interrupted = True  # a resync is due: at the start, and after every reconnection
+        # Each connection counted once: a caller may pass one client for both stores (the benchmark).
+        clients = {id(zk): zk for zk in (bk_zk, *others) if zk is not metadata_zk}
+        self._received = [ReceivedBytes(zk) for zk in clients.values()]
+        self._interrupted = True  # a resync or a catch-up is due: at the start, and after every reconnection
         self._session_lost = False
+        # The snapshot was read whole and is followed: a reconnection within the session can catch up.
+        self._synced = False
+        # The zxid of the last answer before a drop, while a catch-up from it is due (None: none is).
+        self._catch_up_from: int | None = None
+        self._children_due: set[str] = set()  # directories whose children changed while disconnected
+        self._retry: dict[str, EventKind] = {}  # a round's changes whose reads failed, read again next
         self._resync_due: float | None = None  # monotonic time of the next periodic resync
         self._policy = SuspectPolicy(
             delay_seconds=settings.watch_delay_seconds,
@@ -153,6 +176,12 @@ class Watcher:
     def _on_state(self, state: str) -> bool:
         if state == KazooState.LOST:
             self._session_lost = True
+            self._catch_up_from = None  # a new session: kazoo starts its zxid over, the watcher resyncs
+        elif state == KazooState.SUSPENDED and self._synced and self._catch_up_from is None:
+            # Every change up to the last answer's zxid was sent as an event before that answer (the server
+            # queues a change's events before any later answer, on one connection): what the persistent
+            # watch missed is above it. Kept through further drops until a catch-up succeeds.
+            self._catch_up_from = self._zk.last_zxid
         if state != KazooState.CONNECTED:
             self._interrupted = True
         if self._loop is not None:
@@ -208,6 +237,7 @@ class Watcher:
         self.stats.leading = True
         self.leading.set()
         self._interrupted = True
+        self._synced, self._catch_up_from = False, None  # won anew: resync
         try:
             while not stop.is_set() and not self._session_lost:
                 if self._interrupted:
@@ -216,7 +246,10 @@ class Watcher:
                         continue
                     self._interrupted = False  # before the watches are added: a drop during the resync counts
                     try:
-                        await self._resync()
+                        if self._catch_up_from is not None and self._synced:
+                            await self._catch_up(self._catch_up_from)
+                        else:
+                            await self._resync()
                     except _ZK_ERRORS as exc:
                         log.warning("resync interrupted: %s; again once connected", _describe(exc))
                         self._interrupted = True
@@ -232,12 +265,16 @@ class Watcher:
                         self._interrupted = True
                     continue
                 changed = await self._next_round()
-                if not changed:
+                if not changed and not self._children_due and not self._retry:
                     continue
+                changed, self._retry = {**self._retry, **changed}, {}
+                children, self._children_due = self._children_due, set()
                 try:
-                    suspects = await asyncio.to_thread(self._follow, changed)
+                    suspects = await asyncio.to_thread(self._follow, changed, children)
                 except _ZK_ERRORS as exc:
-                    log.warning("watch interrupted: %s; resyncing once connected", _describe(exc))
+                    # Read again once connected: the catch-up reports only what changes after its zxid.
+                    self._retry, self._children_due = changed, children | self._children_due
+                    log.warning("watch interrupted: %s; catching up once connected", _describe(exc))
                     self._interrupted = True
                     continue
                 await self._start(suspects)
@@ -255,8 +292,9 @@ class Watcher:
             PulsarMetadataNotFound: Pulsar's metadata store has no ``/managed-ledgers`` while BookKeeper
                 holds Pulsar's ledgers (a wrong store or chroot): every one would be a suspect.
         """
-        began = time.monotonic()
+        began, received = time.monotonic(), self.zk_bytes_received
         if watch:
+            self._synced, self._catch_up_from = False, None  # this read covers whatever a catch-up would
             for root in ROOTS:
                 await asyncio.to_thread(self._watches.add, root)
         root = self.settings.bk_ledgers_root
@@ -284,6 +322,8 @@ class Watcher:
         suspects += await self._known_namespaces(found, metadata)
         await self._start(suspects)
         self.stats.resyncs += 1  # done: its suspects' workflows started
+        self.stats.resync_bytes = self.zk_bytes_received - received
+        self._synced = self._synced or watch
         period = self.settings.watch_resync_seconds
         self._resync_due = time.monotonic() + period if period > 0 else None
         log.info(
@@ -294,6 +334,34 @@ class Watcher:
             len(suspects),
             time.monotonic() - began,
         )
+
+    async def _catch_up(self, zxid: int) -> None:
+        """After a reconnection within the session: watch again, and queue an event for every record and
+        directory of the snapshot that changed since ``zxid``, which the next rounds read and diff.
+
+        ZooKeeper compares a ``SetWatches``' one-shot watches with its zxid (``DataTree.setWatches``); it
+        re-adds persistent ones without any comparison, which is why the catch-up names every path.
+        """
+        began = time.monotonic()
+        before = self._watches.bytes_received
+        records, directories = self.snapshot.watch_paths()
+        requests = await asyncio.to_thread(self._watches.catch_up, zxid, records, directories)
+        self._catch_up_from = None
+        self.stats.catch_ups += 1
+        self.stats.catch_up_bytes += self._watches.bytes_received - before
+        log.info(
+            "caught up from zxid %#x: %d SetWatches requests, %d bytes received (%.1f s)",
+            zxid,
+            requests,
+            self._watches.bytes_received - before,
+            time.monotonic() - began,
+        )
+
+    @property
+    def zk_bytes_received(self) -> int:
+        """Bytes read from every ZooKeeper connection of the watcher since the start (Pulsar's metadata
+        store, BookKeeper's, the other clusters' stores)."""
+        return self._watches.bytes_received + sum(r.count for r in self._received)
 
     async def _known_namespaces(
         self, suspects: list[Suspect], metadata: Mapping[int, LedgerMetadata]
@@ -376,17 +444,24 @@ class Watcher:
         for item in items:
             if item is not None:
                 self.stats.events += 1
-                changed[item.path] = item.kind
+                if item.kind is EventKind.CHILDREN:
+                    self._children_due.add(item.path)
+                else:
+                    changed[item.path] = item.kind
         return changed
 
-    def _follow(self, changed: dict[str, EventKind]) -> list[Suspect]:
-        """Read each changed record once (a deleted one not at all) and diff it. On a worker thread."""
+    def _follow(self, changed: dict[str, EventKind], children: set[str]) -> list[Suspect]:
+        """Read each changed record once (a deleted one not at all) and diff it, and what is new in each of
+        ``children`` (directories whose children changed while disconnected). On a worker thread."""
+        suspects = read_new_children(self.reads, self.snapshot, sorted(children)) if children else []
+        for path, kind in changed.items():
+            if classify(path) is None and kind is not EventKind.CHANGED:
+                self.snapshot.directory_event(path, kind is EventKind.CREATED)
         records = {path: kind for path, kind in changed.items() if classify(path) is not None}
         to_read = [path for path, kind in records.items() if kind is not EventKind.DELETED]
         found = read_records(self.reads, to_read)
         self.stats.rounds += 1
         self.stats.znodes_read += len(to_read)
-        suspects: list[Suspect] = []
         for path, kind in records.items():
             suspects += self.snapshot.apply(path, None if kind is EventKind.DELETED else found[path])
         return suspects

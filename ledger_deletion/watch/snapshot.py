@@ -31,6 +31,7 @@ from ledger_deletion.watch import compact
 from ledger_deletion.watch.diff import cursor_changes, managed_ledger_changes, schema_changes
 from ledger_deletion.watch.paths import (
     MANAGED_LEDGERS_ROOT,
+    ROOTS,
     SCHEMAS_ROOT,
     CursorRecord,
     ManagedLedgerRecord,
@@ -51,6 +52,9 @@ class Snapshot:
 
     unreadable: set[str] = field(default_factory=set)
     rejected: list[str] = field(default_factory=list)
+    # The znodes above the records (roots, tenants, namespaces, ``persistent``) as last walked or watched:
+    # a catch-up asks which of them gained children, empty ones included.
+    directories: set[str] = field(default_factory=set)
     # tenant/ns/persistent -> local name -> [managed ledger part][cursors] (see _pack)
     _topics: dict[str, dict[str, bytes]] = field(default_factory=dict, repr=False)
     # tenant/ns -> topic -> the locator's ledger ids, sorted, delta varints
@@ -186,6 +190,58 @@ class Snapshot:
         self.unreadable = set(fresh.unreadable)
         self.rejected += fresh.rejected
         return out
+
+    # --- catching up --------------------------------------------------------------------------------------
+
+    def watch_paths(self) -> tuple[Iterator[str], Iterator[str]]:
+        """What a catch-up asks about: every record held (and every unreadable one), as data watches; every
+        directory and managed ledger (whose children are its cursors), as child watches. Generated, not
+        listed: a million paths are never held at once."""
+
+        def records() -> Iterator[str]:
+            for name, (ml, cursors) in self._ml_entries():
+                path = f"{MANAGED_LEDGERS_ROOT}/{name}"
+                yield from (f"{path}/{cursor}" for cursor in cursors)
+                if ml is not None:
+                    yield path
+            for prefix, schemas in self._schemas.items():
+                yield from (f"{SCHEMAS_ROOT}/{prefix}/{local}" for local in schemas)
+            yield from sorted(self.unreadable)
+
+        def parents() -> Iterator[str]:
+            yield from sorted(set(ROOTS) | self.directories)
+            for prefix, entries in self._topics.items():
+                yield from (f"{MANAGED_LEDGERS_ROOT}/{prefix}/{local}" for local in entries)
+            for path in sorted(self.unreadable):
+                if isinstance(classify(path), ManagedLedgerRecord):
+                    yield path
+
+        return records(), parents()
+
+    def known_children(self, parent: str) -> set[str]:
+        """The children of ``parent`` the snapshot knows of: directories, records, unreadable records."""
+        # Any path held below ``parent`` names the child it is under (a namespace's ``persistent`` its
+        # namespace too, should the walk not have held that one).
+        start = len(parent) + 1
+        held = self.directories | self.unreadable
+        names = {p[start:].split("/", 1)[0] for p in held if p.startswith(parent + "/")}
+        record = classify(parent)
+        if isinstance(record, ManagedLedgerRecord):
+            prefix, local = _split(record.name)
+            entry = self._topics.get(prefix, {}).get(local)
+            return names | (set() if entry is None else set(_unpack(entry)[1]))
+        if parent.startswith(MANAGED_LEDGERS_ROOT + "/"):
+            names |= set(self._topics.get(parent[len(MANAGED_LEDGERS_ROOT) + 1 :], {}))
+        elif parent.startswith(SCHEMAS_ROOT + "/"):
+            names |= set(self._schemas.get(parent[len(SCHEMAS_ROOT) + 1 :], {}))
+        return names
+
+    def directory_event(self, path: str, created: bool) -> None:
+        """A znode that holds no record was created or deleted (with what was below it)."""
+        if created:
+            self.directories.add(path)
+        else:
+            self.directories -= {d for d in self.directories if d == path or d.startswith(path + "/")}
 
     # --- what is referenced -------------------------------------------------------------------------------
 

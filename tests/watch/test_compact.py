@@ -119,3 +119,31 @@ def test_a_resync_in_place_forgets_what_the_listings_no_longer_name() -> None:
     assert snapshot.records == 3
     assert snapshot.bk_referenced() == {1, 2, 7, 20}
     assert snapshot.cursor_ledger(ML, "sub") == 7 and snapshot.cursor_ledger(ML, "gone-sub") is None
+
+
+def test_a_catch_up_names_every_record_and_every_directory_it_knows() -> None:
+    snapshot = Snapshot()
+    snapshot.load(ML_PATH, managed_ledger([1]))
+    snapshot.load(f"{ML_PATH}/sub", cursor(7))
+    snapshot.load("/schemas/public/default/orders", locator([20]))
+    snapshot.apply(f"{NS_DIR}/garbled", b"\xff\xffcorrupt")
+    snapshot.directories = {"/managed-ledgers/public", "/managed-ledgers/public/empty", NS_DIR}
+    records, parents = (list(paths) for paths in snapshot.watch_paths())
+    assert sorted(records) == sorted(
+        [f"{ML_PATH}/sub", ML_PATH, "/schemas/public/default/orders", f"{NS_DIR}/garbled"]
+    )
+    # An empty namespace too: a topic created there while disconnected shows only as its new child.
+    assert set(parents) == {
+        "/managed-ledgers",
+        "/schemas",
+        "/managed-ledgers/public",
+        "/managed-ledgers/public/empty",
+        NS_DIR,
+        ML_PATH,
+        f"{NS_DIR}/garbled",
+    }
+    assert snapshot.known_children(NS_DIR) == {ML.rsplit("/", 1)[1], "garbled"}
+    assert snapshot.known_children(ML_PATH) == {"sub"}
+    assert snapshot.known_children("/managed-ledgers/public") == {"empty", "default"}
+    snapshot.directory_event("/managed-ledgers/public", created=False)
+    assert snapshot.directories == set()
