@@ -25,6 +25,10 @@ default stack neither disturb it nor are disturbed), on empty databases:
   (1, 2, 4 … s); B reconsumes the whole message after ``--reconsume-seconds`` (PIP-186's default 600 s, so
   this phase alone takes ~40 minutes).
 
+``--bulk N`` runs the bulk drain instead (``bench/drain.py``): N requests of the mix published at once, as
+``reconcile --submit`` does after a first scan, drained by pools of each ``--bulk-replicas`` count of
+processes (``1,2``; ``1:20000,2:5000`` gives a count of requests per replica count), sampled over time.
+
 ``--quick`` leaves out the half-rate phase and reconsumes B's failed messages after 1 s. The results (the
 table, every raw number, the processes' logs) are written outside the repository, to ``--out`` or
 ``$XDG_STATE_HOME/ledger-deletion/bench/<utc time>/``; the benchmark prints where. Its stack stops at the end
@@ -51,13 +55,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.client import Client  # noqa: E402
 
+from bench.drain import run_drain  # noqa: E402
 from bench.mix import Seeded, seed  # noqa: E402
 from bench.phases import Run, run_a, run_b  # noqa: E402
 from bench.processes import StackProcs, bench_ports, load_average  # noqa: E402
-from bench.report import print_table  # noqa: E402
+from bench.report import drain_lines, print_table  # noqa: E402
 from devstack import ports  # noqa: E402
 from devstack.cluster import SimulatedCluster  # noqa: E402
 from devstack.stack import Stack, StackEndpoints  # noqa: E402
+from ledger_deletion.settings import Settings  # noqa: E402
 
 
 def parse_replicas(text: str) -> dict[str, int]:
@@ -65,6 +71,15 @@ def parse_replicas(text: str) -> dict[str, int]:
     for part in filter(None, text.split(",")):
         pool, count = part.split("=")
         out[pool] = int(count)
+    return out
+
+
+def parse_bulk_replicas(text: str, default: int) -> list[tuple[int, int]]:
+    """``1,2`` or ``1:20000,2:5000``: (processes per pool, requests) of each drain."""
+    out = []
+    for part in filter(None, text.split(",")):
+        replicas, _, count = part.partition(":")
+        out.append((int(replicas), int(count) if count else default))
     return out
 
 
@@ -115,6 +130,30 @@ async def _measure(args: argparse.Namespace, stack: Stack, endpoints: StackEndpo
         report["task_queues"][phase] = run.settings(phase).task_queue("workflow")
         print(f"seeded {phase}: {count} requests in {time.monotonic() - began:.1f} s", flush=True)
         return out
+
+    if args.bulk:
+        report["drains"] = []
+        for replicas_count, count in parse_bulk_replicas(args.bulk_replicas, args.bulk):
+            phase = f"d{replicas_count}"
+            drained = await run_drain(
+                run,
+                phase,
+                seeded(phase, count),
+                replicas=replicas_count,
+                stack_procs=stack_procs,
+                sample_seconds=args.sample_seconds,
+                stop_after=args.bulk_stop_after,
+            )
+            report["drains"].append(asdict(drained))
+            print(
+                f"drain, {replicas_count} replica(s): {drained.ledgers} decided in {drained.seconds:.0f} s, "
+                f"{drained.rate:.2f}/s, {drained.cpu_s / drained.ledgers:.3f} CPU s each",
+                flush=True,
+            )
+        report["load_after"] = load_average()
+        zk.stop()
+        zk.close()
+        return report
 
     replicas = parse_replicas(args.replicas)
     a = await run_a(
@@ -204,8 +243,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="B's reconsumeLater delay (default PIP-186's 600 s, the fault phase then takes ~40 min; "
         "1 with --quick)",
     )
+    parser.add_argument(
+        "--bulk",
+        type=int,
+        default=0,
+        help="run the bulk drain instead: this many requests published at once (bench/drain.py)",
+    )
+    parser.add_argument(
+        "--bulk-replicas",
+        default="1,2",
+        help="the drains' processes per pool, each optionally with its own request count: 1:20000,2:5000",
+    )
+    parser.add_argument(
+        "--bulk-stop-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop each drain after this long and report what was decided so far (a deadline, not a result)",
+    )
+    parser.add_argument(
+        "--sample-seconds", type=float, default=10.0, help="the drain's sampling period (backlogs, memory)"
+    )
     parser.add_argument("--replicas", default="", help="processes per pool, e.g. workflow=2,bookkeeper=2")
-    parser.add_argument("--inflight", type=int, default=100, help="the ingest's max in-flight messages")
+    parser.add_argument(
+        "--inflight",
+        type=int,
+        default=None,
+        help="the ingest's max in-flight messages (default 100; with --bulk the product's own default)",
+    )
     parser.add_argument(
         "--set", action="append", default=[], metavar="VAR=VALUE", help="extra environment for the pools"
     )
@@ -230,25 +295,43 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="leave the benchmark's stack running, to look at its workflows",
     )
+    parser.add_argument(
+        "--table-from",
+        type=Path,
+        default=None,
+        metavar="REPORT_JSON",
+        help="run nothing: print the table of an earlier run's report.json again (after the table changed)",
+    )
     parser.add_argument("--skip-b", action="store_true")
     parser.add_argument("--skip-half", action="store_true")
     parser.add_argument("--skip-faults", action="store_true")
     args = parser.parse_args(argv)
     if args.quick:
         args.skip_half = True
+    if args.inflight is None:
+        # A bulk drain asks how the service as shipped copes; the cost phases keep their fixed 100.
+        default = Settings.model_fields["ingest_max_inflight"].default
+        args.inflight = default if args.bulk else 100
     if args.reconsume_seconds is None:
         args.reconsume_seconds = 1.0 if args.quick else 600.0
     return args
 
 
+def table_of(report: dict[str, Any]) -> str:
+    return "\n".join(drain_lines(report)) if "drains" in report else print_table(report)
+
+
 def main() -> None:
     args = parse_args()
+    if args.table_from:
+        print(table_of(json.loads(args.table_from.read_text())))
+        return
     args.out = (args.out or default_out()).resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"results in {args.out}", flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # so ``finally`` blocks stop the pool processes we started
     report = asyncio.run(main_async(args))
-    table = print_table(report)
+    table = table_of(report)
     (args.out / "report.json").write_text(json.dumps({**report, "table": table}, indent=1))
     (args.out / "table.txt").write_text(table + "\n")
     print()

@@ -227,3 +227,112 @@ def print_table(report: dict[str, Any]) -> str:
     if a.get("counted"):
         lines += ["", summary_line(a, b)]
     return "\n".join(lines)
+
+
+# --- the bulk drain (``--bulk``) ---------------------------------------------------------------------------
+
+
+def drain_lines(report: dict[str, Any]) -> list[str]:
+    """Each drain: its rate and CPU, the delete rate against the limit, memory per process and the backlogs
+    over time; whether every request was decided."""
+    lines = [
+        f"bulk drain, every request published at once  load avg {report['load_before']} -> "
+        f"{report['load_after']}  in-flight {report.get('inflight')}  "
+        f"{' '.join(report.get('settings', []))}".rstrip()
+    ]
+    drains = report["drains"]
+    lines += [
+        "",
+        f"{'replicas (processes per pool)':<30} {'n':>6} {'ledgers':>7} {'seconds':>8} {'per s':>6} "
+        f"{'steady':>6} {'CPU s':>7} {'CPU s/ledger':>12} {'pools CPU s':>11}",
+    ]
+    for d in drains:
+        cpu = sum(d["pools_cpu_s"].values()) + sum(d["servers_cpu_s"].values())
+        lines.append(
+            f"{d['replicas']:<30} {d['n']:>6} {d['ledgers']:>7} {d['seconds']:>8.0f} {d['rate']:>6.2f} "
+            f"{d['steady_rate']:>6.2f} {cpu:>7.0f} {cpu / d['ledgers']:>12.3f} "
+            f"{sum(d['pools_cpu_s'].values()):>11.0f}"
+        )
+    lines += [
+        "",
+        f"{'deletes per second (dispatch)':<30} {'deletes':>8} {'mean':>6} {'peak 1 s':>8} {'10 s':>6} "
+        f"{'60 s':>6} {'limit':>6} {'server':>6}",
+    ]
+    for d in drains:
+        for kind in sorted(d["deletes"]):
+            peak = d["peak_rate"].get(kind, {})
+            limit = d["limits"].get(kind, 0.0)
+            server = d["server_limits"].get(kind, 0.0)  # what the server says it applies to the queue
+            lines.append(
+                f"  {d['replicas']} replica(s), {kind:<16} {d['deletes'][kind]:>8} "
+                f"{d['mean_delete_rate'].get(kind, 0.0):>6.2f} {peak.get('1s', 0.0):>8.2f} "
+                f"{peak.get('10s', 0.0):>6.2f} {peak.get('60s', 0.0):>6.2f} {limit or 'none':>6} "
+                f"{server or '-':>6}"
+            )
+    lines += drain_cpu_lines(drains)
+    lines += ["", f"{'RSS MB (VmRSS)':<30} {'start':>7} {'middle':>7} {'end':>7}"]
+    for d in drains:
+        for name, rss in d["rss_mb"].items():
+            lines.append(
+                f"  {name:<28} {rss.get('start', 0):>7.0f} {rss.get('middle', 0):>7.0f} "
+                f"{rss.get('end', 0):>7.0f}"
+            )
+    for d in drains:
+        lines += [
+            "",
+            f"backlog over time, {d['replicas']} replica(s) "
+            f"(all {d['n']} published in {d['publish_seconds']:.0f} s)",
+            f"  {'t s':>6} {'closed':>7} {'open wf':>7} {'topic':>7} {'wf queue':>8} {'bk queue':>8} "
+            f"{'off queue':>9} {'ack queue':>9} {'CPU s':>7}",
+        ]
+        for s in backlog_rows(d["samples"]):
+            q = s["queue_backlog"]
+            lines.append(
+                f"  {s['t']:>6.0f} {s['closed']:>7} {s['running']:>7} {s['topic_backlog']:>7} "
+                f"{q.get('workflow', -1):>8} {q.get('bookkeeper', -1):>8} {q.get('offload', -1):>9} "
+                f"{q.get('pulsar', -1):>9} {s['cpu_s']:>7.0f}"
+            )
+    lines.append("")
+    for d in drains:
+        if not d.get("complete", True):
+            lines.append(
+                f"{d['replicas']} replica(s): STOPPED after {d['seconds']:.0f} s as asked, "
+                f"{d['missing']} of {d['ledgers'] + d['missing']} requests not yet decided"
+            )
+        lines.append(
+            f"{d['replicas']} replica(s): outcomes {dict(sorted(d['outcomes'].items()))}, "
+            f"wrong {d['wrong']}, missing {d['missing']}, dead-lettered {d['dead_lettered']}, "
+            f"unacked {d['unacked']}, "
+            f"storage problems {len(d['storage_problems'])}"
+        )
+    return lines
+
+
+def drain_cpu_lines(drains: list[dict[str, Any]]) -> list[str]:
+    """CPU ms per ledger decided of each pool (its replicas together) and each server, per drain: what to
+    scale."""
+    per: list[dict[str, float]] = []
+    for d in drains:
+        row: dict[str, float] = {}
+        for name, cpu in d["pools_cpu_s"].items():
+            pool = next((p for p in POOLS if f"-{p}-" in f"{name}-"), name)
+            row[f"{pool} pool"] = row.get(f"{pool} pool", 0.0) + cpu
+        for name, cpu in d["servers_cpu_s"].items():
+            row[SERVERS.get(name, name)] = cpu
+        per.append({k: v * 1000 / d["ledgers"] for k, v in row.items()})
+    header = f"{'CPU ms per ledger, from /proc':<30}" + "".join(
+        f" {str(d['replicas']) + ' replica(s)':>13}" for d in drains
+    )
+    lines = ["", header]
+    for key in dict.fromkeys(k for row in per for k in row):
+        lines.append(f"  {key:<28}" + "".join(f" {row.get(key, 0.0):>13.1f}" for row in per))
+    lines.append(f"  {'total':<28}" + "".join(f" {sum(row.values()):>13.1f}" for row in per))
+    return lines
+
+
+def backlog_rows(samples: list[dict[str, Any]], points: int = 10) -> list[dict[str, Any]]:
+    """At most ``points`` samples, evenly spread, the first and the last included."""
+    if len(samples) <= points:
+        return samples
+    step = (len(samples) - 1) / (points - 1)
+    return [samples[round(i * step)] for i in range(points)]
