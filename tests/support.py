@@ -1,20 +1,55 @@
 """Support shared by the tests that run the service on the embedded stack: pools in this process, waiting
-for results and acks, retrying an eventually true assertion. Fixtures live in the conftest files; functions
-tests call live here."""
+for results and acks, retrying an eventually true assertion, where a simulated cluster writes. Fixtures live
+in tests/fixtures.py and the tiers' conftest files; functions and types tests use live here."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import httpx
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.service import RPCError
 
 from ledger_deletion.contracts import DeletionResult
 from ledger_deletion.settings import Settings
 from workers.pools import RunningPools, run_pools
+
+if TYPE_CHECKING:
+    from devstack.admin_emulator import AdminEmulator
+
+
+@dataclass(frozen=True)
+class ClusterStore:
+    """Where a tier's simulated clusters write (the ``cluster_store`` fixture): a ZooKeeper client, an S3
+    client, the offload bucket. ``keep`` leaves what a test wrote, for a private stack whose leftovers are
+    evidence."""
+
+    zk: Any
+    s3: Any
+    bucket: str
+    keep: bool = False
+
+
+@contextlib.contextmanager
+def private_emulator(zookeeper: str, **options: Any) -> Iterator[AdminEmulator]:
+    """An admin emulator of the test's own, on free ports (``options``: AdminEmulator's), once each of its
+    brokers answers /health: its ZooKeeper session connects in the background."""
+    from devstack.admin_emulator import AdminEmulator  # here: the tiers without a stack never need it
+
+    token = options.get("token")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with AdminEmulator(zookeeper, port=0, owner_port=0, **options) as emulator:
+        for base in emulator.urls:
+            deadline = time.monotonic() + 10
+            while httpx.get(f"{base}/health", headers=headers).status_code != 200:
+                assert time.monotonic() < deadline, f"the emulator at {base} never became healthy"
+                time.sleep(0.1)
+        yield emulator
 
 
 @contextlib.asynccontextmanager

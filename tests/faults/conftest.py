@@ -17,7 +17,6 @@ import pytest
 from temporalio.client import Client
 
 from devstack import ports
-from devstack.cluster import SimulatedCluster
 from devstack.faults import PoolSet, S3FaultProxy, ServiceControl
 from devstack.soak import PEER_ROOT
 from devstack.stack import (
@@ -31,6 +30,7 @@ from devstack.stack import (
 )
 from ledger_deletion.settings import Settings
 from tests.faults.support import make_fault_settings, started_pools
+from tests.support import ClusterStore
 
 # A block of its own (devstack.ports), apart from the shared stack's and every other private stack's: one per
 # pytest-xdist worker, each with its own state directory.
@@ -115,10 +115,11 @@ def fault_s3(fault_endpoints: StackEndpoints) -> Any:
     return fault_endpoints.s3_client()
 
 
-@pytest.fixture
-def cluster(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> SimulatedCluster:
-    # No cleanup: the private stack belongs to these tests, and what a test leaves behind is evidence.
-    return SimulatedCluster(fault_zk, fault_s3, bucket=fault_endpoints.offload_bucket)
+@pytest.fixture(scope="session")
+def cluster_store(fault_zk: Any, fault_s3: Any, fault_endpoints: StackEndpoints) -> ClusterStore:
+    """The shared ``cluster`` and ``make_cluster`` write to the private stack, never to the shared one. Kept:
+    the private stack belongs to these tests, and what a test leaves behind is evidence."""
+    return ClusterStore(fault_zk, fault_s3, fault_endpoints.offload_bucket, keep=True)
 
 
 @pytest.fixture(scope="module")

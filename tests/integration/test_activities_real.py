@@ -342,10 +342,9 @@ async def test_a_store_without_managed_ledgers_is_not_read_as_not_listed(stack, 
     assert failure.value.type == "PulsarMetadataNotFound" and not failure.value.non_retryable
 
 
-async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, stack) -> None:
+async def test_a_released_bk_copy_is_read_from_the_managed_ledger(cluster: SimulatedCluster, bk, zk) -> None:
     """Asked whether the broker released an offloaded ledger's BookKeeper copy, verify reads the ledger's
     entry in its ManagedLedgerInfo: complete and ``bookkeeperDeleted`` only."""
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     released, within_lag, current = cluster.new_ledger_ids(3)
     topic = cluster.create_topic(
         f"acts/ns-{uuid.uuid4().hex[:6]}/offloaded",
@@ -379,11 +378,12 @@ async def test_a_released_bk_copy_is_read_from_the_managed_ledger(bk, zk, s3, st
     assert answer.bk_copy_released is False and "unreadable" in answer.reason
 
 
-async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(bk, zk, s3, stack) -> None:
+async def test_a_replaced_offload_attempt_is_read_from_the_managed_ledger(
+    cluster: SimulatedCluster, bk, zk
+) -> None:
     """Asked whether an offload request's uuid was replaced, the activity compares it with the uuid the
     ledger's ManagedLedgerInfo stores: another classic uuid only; the same one, none, a data request or
     unreadable metadata keep the objects."""
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     reoffloaded, offloaded, current = cluster.new_ledger_ids(3)
     topic = cluster.create_topic(
         f"acts/ns-{uuid.uuid4().hex[:6]}/reoffloaded",

@@ -109,15 +109,13 @@ def test_concurrent_acks_share_objects_that_a_plain_parquet_reader_reads(
 
 
 async def test_each_decision_is_in_the_log_with_its_evidence(
+    cluster: SimulatedCluster,
     service: RunningPools,
     settings: Settings,
     temporal_client: Client,
     publisher: RequestPublisher,
-    zk: Any,
-    s3: Any,
     stack: StackEndpoints,
 ) -> None:
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     namespace = f"audit/ns-{uuid.uuid4().hex[:6]}"
     ids = cluster.new_ledger_ids(2)
     topic = cluster.create_topic(f"{namespace}/t", ids)

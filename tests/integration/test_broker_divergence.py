@@ -12,9 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
-import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
@@ -31,32 +29,23 @@ from ledger_deletion.contracts import AskOwnerBrokerInput, CheckTopicInput, Dele
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.support import running_pools, wait_for_result, wait_until_all_acked
+from tests.support import private_emulator, running_pools, wait_for_result, wait_until_all_acked
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack
 
 
-def _healthy(emulator: AdminEmulator) -> AdminEmulator:
-    for base in emulator.urls:  # the ZooKeeper session connects in the background
-        for _ in range(100):
-            if httpx.get(f"{base}/health").status_code == 200:
-                break
-            time.sleep(0.1)
-    return emulator
-
-
 @pytest.fixture(scope="module")
 def broker(stack: StackEndpoints) -> Iterator[AdminEmulator]:
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0, cluster="standalone") as emulator:
-        yield _healthy(emulator)
+    with private_emulator(stack.zookeeper, cluster="standalone") as emulator:
+        yield emulator
 
 
 @pytest.fixture(scope="module")
 def peer(stack: StackEndpoints) -> Iterator[AdminEmulator]:
     """Another cluster's brokers (same ZooKeeper here, so it knows none of ours' topics)."""
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0, cluster="peer") as emulator:
-        yield _healthy(emulator)
+    with private_emulator(stack.zookeeper, cluster="peer") as emulator:
+        yield emulator
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +53,6 @@ def control(broker: AdminEmulator) -> Iterator[EmulatorControl]:
     client = EmulatorControl(broker.urls[0])
     yield client
     client.close()
-
-
-@pytest.fixture(scope="module")
-def cluster(stack: StackEndpoints, zk: Any, s3: Any) -> Iterator[SimulatedCluster]:
-    simulated = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    yield simulated
-    simulated.cleanup()
 
 
 @pytest.fixture(scope="module")

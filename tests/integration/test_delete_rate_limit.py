@@ -54,7 +54,7 @@ async def test_a_rate_limit_on_one_shared_queue_is_refused(
 
 
 async def test_the_limit_holds_across_two_processes(
-    settings: Settings, temporal_client: Client, zk: Any, s3: Any, stack: Any
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, stack: Any
 ) -> None:
     """Two bookkeeper-pool workers (two ``run_pools`` on two clients, as two processes would be) on a queue
     limited to 1/s: the deletes of a burst of requests start no faster than that, together.
@@ -68,7 +68,6 @@ async def test_the_limit_holds_across_two_processes(
         task_queue_prefix=f"{settings.task_queue_prefix}-rate2-{run}",
         bk_deletes_per_second=1.0,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"rate/ns-{run}/orders"
     ids = cluster.new_ledger_ids(9)
     cluster.create_topic(topic, ids)

@@ -25,24 +25,15 @@ from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, topic_path
 from ledger_deletion.contracts import CheckTopicInput, Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.support import running_pools, wait_for_result, wait_until_all_acked
+from tests.support import private_emulator, running_pools, wait_for_result, wait_until_all_acked
 
 pytestmark = pytest.mark.stack
 
 
 @pytest.fixture(scope="module")
 def broker(stack: StackEndpoints) -> Iterator[AdminEmulator]:
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0) as emulator:
-        for base in emulator.urls:  # the ZooKeeper session connects in the background
-            for _ in range(100):
-                if httpx.get(f"{base}/health").status_code == 200:
-                    break
+    with private_emulator(stack.zookeeper) as emulator:
         yield emulator
-
-
-@pytest.fixture
-def cluster(stack: StackEndpoints, zk, s3) -> SimulatedCluster:
-    return SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
 
 
 def test_check_topic_decides_a_deleted_topic_from_a_brokers_real_answers(

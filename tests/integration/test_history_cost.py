@@ -114,9 +114,8 @@ def data_request(topic: SimulatedTopic, ledger_id: int) -> PendingDeleteLedgerIn
 
 @pytest.fixture
 def shapes(
-    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk: Any, s3: Any, stack: Any
+    cluster: SimulatedCluster, service: RunningPools, temporal_client: Client, publisher: RequestPublisher
 ) -> Shapes:
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     return Shapes(cluster, publisher, temporal_client, f"cost/ns-{uuid.uuid4().hex[:6]}")
 
 
@@ -234,7 +233,7 @@ async def test_a_duplicate_message_joins_the_run(shapes: Shapes) -> None:
 
 
 async def test_a_delete_out_of_retries_is_dead_lettered(
-    settings: Settings, temporal_client: Client, zk: Any, s3: Any, stack: Any
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, stack: Any
 ) -> None:
     """An offload pool that cannot reach its S3: both attempts fail, the request is dead-lettered, then acked.
     The retry is an action of its own but no event (attempts before the last leave none)."""
@@ -245,7 +244,6 @@ async def test_a_delete_out_of_retries_is_dead_lettered(
         s3_endpoint_aliases=stack.s3_endpoint,
         max_attempts=2,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"cost/ns-{uuid.uuid4().hex[:6]}/broken"
     offloaded, current = cluster.new_ledger_ids(2)
     cluster.create_topic(topic, [offloaded, current], offloaded=[offloaded], bookkeeper_deleted=[offloaded])
@@ -261,7 +259,7 @@ async def test_a_delete_out_of_retries_is_dead_lettered(
 
 
 async def test_a_shadow_decision_costs_less_than_the_deletion_it_stands_for(
-    settings: Settings, temporal_client: Client, zk: Any, s3: Any, stack: Any
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client
 ) -> None:
     """The happy path in shadow mode: the same checks, no delete activity, so one workflow task fewer. A live
     run pays nothing for the mode (``test_a_happy_path_deletion_costs_three_workflow_tasks``)."""
@@ -271,7 +269,6 @@ async def test_a_shadow_decision_costs_less_than_the_deletion_it_stands_for(
         task_queue_prefix=f"{settings.task_queue_prefix}-cost-shadow-{run}",
         mode=Mode.SHADOW,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"cost/ns-{run}/shadow"
     trimmed, current = cluster.new_ledger_ids(2)
     cluster.create_topic(topic, [trimmed, current])

@@ -4,7 +4,7 @@ and a znode someone else removed is not reported as deleted by this service."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,11 +32,11 @@ def versioned_bucket(s3: Any) -> Iterator[str]:
 
 
 def test_a_delete_in_a_versioned_bucket_says_the_bytes_stay(
-    stack: StackEndpoints, zk: Any, s3: Any, versioned_bucket: str
+    stack: StackEndpoints, s3: Any, versioned_bucket: str, make_cluster: Callable[..., SimulatedCluster]
 ) -> None:
     """DeleteObjects there writes delete markers: the objects read as gone, their versions keep the bytes.
     DELETED (as Pulsar's own delete would leave it), with a reason that says the bytes stay."""
-    cluster = SimulatedCluster(zk, s3, bucket=versioned_bucket)
+    cluster = make_cluster(bucket=versioned_bucket)
     try:
         [ledger_id] = cluster.new_ledger_ids()
         name = f"honest/ns-{uuid.uuid4().hex[:6]}/t"
@@ -58,10 +58,12 @@ def test_a_delete_in_a_versioned_bucket_says_the_bytes_stay(
         cluster.cleanup()
 
 
-def test_a_delete_in_a_plain_bucket_has_no_such_reason(stack: StackEndpoints, zk: Any, s3: Any) -> None:
+def test_a_delete_in_a_plain_bucket_has_no_such_reason(
+    stack: StackEndpoints, s3: Any, make_cluster: Callable[..., SimulatedCluster]
+) -> None:
     bucket = f"plain-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(Bucket=bucket)
-    cluster = SimulatedCluster(zk, s3, bucket=bucket)
+    cluster = make_cluster(bucket=bucket)
     try:
         [ledger_id] = cluster.new_ledger_ids()
         name = f"honest/ns-{uuid.uuid4().hex[:6]}/t"

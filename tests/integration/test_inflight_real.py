@@ -19,7 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pulsar
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -32,6 +31,7 @@ from devstack.stack import StackEndpoints
 from ledger_deletion.observability import metrics
 from ledger_deletion.ops import inflight
 from ledger_deletion.settings import Settings
+from tests.support import private_emulator
 
 pytestmark = pytest.mark.stack
 
@@ -46,12 +46,7 @@ def lite() -> Iterator[PrivatePulsarLite]:
 
 @pytest.fixture(scope="module")
 def admin(stack: StackEndpoints, lite: PrivatePulsarLite) -> Iterator[AdminEmulator]:
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0, pulsar_metrics=lite.metrics_url) as emulator:
-        for base in emulator.urls:
-            for _ in range(100):
-                if httpx.get(f"{base}/health").status_code == 200:
-                    break
-                time.sleep(0.1)
+    with private_emulator(stack.zookeeper, pulsar_metrics=lite.metrics_url) as emulator:
         yield emulator
 
 

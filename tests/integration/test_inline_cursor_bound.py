@@ -5,8 +5,6 @@ be creating (issue 39, section 2): ``ManagedCursorImpl.createNewMetadataLedger``
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -23,13 +21,6 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from workflows.rules import unsettled
 
 pytestmark = pytest.mark.stack
-
-
-@pytest.fixture
-def cluster(zk: KazooClient, s3: Any, stack: StackEndpoints) -> Iterator[SimulatedCluster]:
-    simulated = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    yield simulated
-    simulated.cleanup()
 
 
 def test_a_cursor_ledger_newer_than_every_data_ledger_is_unsettled_while_the_cursor_is_inline(

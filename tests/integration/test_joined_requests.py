@@ -48,7 +48,7 @@ async def wait_for_events(client: Client, workflow_id: str, kind: EventType.Valu
 
 @pytest.mark.parametrize("forged_first", [True, False])
 async def test_a_forged_request_for_the_same_ledger_never_answers_for_the_real_one(
-    settings: Settings, temporal_client: Client, zk, s3, stack, forged_first: bool
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, forged_first: bool
 ) -> None:
     """A request naming another topic than the ledger's (what a tenant could send about another's ledger)
     and the broker's real request for the ledger, in either order: the ledger is deleted once, each message
@@ -57,7 +57,6 @@ async def test_a_forged_request_for_the_same_ledger_never_answers_for_the_real_o
         topic=f"{settings.topic}-join-{uuid.uuid4().hex[:6]}",
         task_queue_prefix=f"{settings.task_queue_prefix}-join-{uuid.uuid4().hex[:6]}",
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     namespace = f"e2e/ns-{uuid.uuid4().hex[:6]}"
     ledger_id, current = cluster.new_ledger_ids(2)
     topic = cluster.create_topic(f"{namespace}/orders", [ledger_id, current])

@@ -23,14 +23,12 @@ pytestmark = pytest.mark.stack
 
 
 async def test_an_open_ledger_older_than_the_newest_listed_is_reported_with_the_command_to_close_it(
+    cluster: SimulatedCluster,
     service: RunningPools,
     publisher: RequestPublisher,
     temporal_client: Client,
     zk: Any,
-    s3: Any,
-    stack: Any,
 ) -> None:
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"leftopen/ns-{uuid.uuid4().hex[:6]}/orders"
     [abandoned] = cluster.new_ledger_ids()  # the rollover's new ledger, never listed, its broker gone
     created = cluster.create_topic(topic, cluster.new_ledger_ids(2))  # the topic reloaded: newer ledgers

@@ -82,15 +82,12 @@ def read_dead_letters(
 
 
 async def test_every_case_of_the_scenario(
+    cluster: SimulatedCluster,
     service: RunningPools,
     settings: Settings,
     temporal_client: Client,
     publisher: RequestPublisher,
-    zk,
-    s3,
-    stack,
 ) -> None:
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     scenario = build_and_mark(
         cluster, f"e2e/ns-{uuid.uuid4().hex[:6]}", publisher.publish, publisher.publish_raw
     )
@@ -117,7 +114,7 @@ async def test_every_case_of_the_scenario(
 
 
 async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
-    settings: Settings, temporal_client: Client, zk, s3, stack, new_ledger_id
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, stack, new_ledger_id
 ) -> None:
     """An offload pool that cannot reach its S3 endpoint: retries run out, the request is dead-lettered."""
     broken = settings.with_overrides(
@@ -127,7 +124,6 @@ async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
         s3_endpoint_aliases=stack.s3_endpoint,  # the store the offload names, unreachable from this pool
         max_attempts=2,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"e2e/ns-{uuid.uuid4().hex[:6]}/offloaded"
     (ledger_id,) = cluster.new_ledger_ids(1)
     cluster.create_topic(topic, [ledger_id, new_ledger_id()], offloaded={ledger_id})
@@ -194,14 +190,13 @@ async def test_offload_in_a_bucket_that_is_not_there_is_dead_lettered_not_acked_
 
 
 async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_objects_kept(
-    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+    cluster: SimulatedCluster, service: RunningPools, temporal_client: Client, publisher: RequestPublisher
 ) -> None:
     """After the offload deletion lag the broker marks ``bookkeeperDeleted`` and then deletes the BK copy;
     when that delete fails the copy is left for ever, while the topic still lists the ledger (read from
     tiered storage). That copy is deleted; the copy of a ledger still within the lag, and every offloaded
     object, are kept: the first, past the grace, in the dead-letter topic (the broker marks a copy released
     in memory before its store write, so it would not send that request again)."""
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     leaked, within_lag, current = cluster.new_ledger_ids(3)
     topic = cluster.create_topic(
         f"e2e/ns-{uuid.uuid4().hex[:6]}/offloaded",
@@ -232,12 +227,11 @@ async def test_the_bk_copy_an_offloaded_topic_released_is_deleted_and_its_object
 
 
 async def test_a_pending_ack_stores_ledgers_are_decided_by_pulsars_metadata_store(
-    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+    cluster: SimulatedCluster, service: RunningPools, temporal_client: Client, publisher: RequestPublisher
 ) -> None:
     """A pending-ack store is a managed ledger the owner broker refuses to load as a topic (it answers
     internalStats with "Can not create transaction system topic"): the ledger its trim released is deleted,
     the one the store still lists is kept (past the grace, in the dead-letter topic, to be replayed)."""
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     trimmed, listed, current = cluster.new_ledger_ids(3)
     topic = cluster.create_topic(
         f"e2e/ns-{uuid.uuid4().hex[:6]}/orders-sub__transaction_pending_ack", [trimmed, listed, current]
@@ -253,13 +247,12 @@ async def test_a_pending_ack_stores_ledgers_are_decided_by_pulsars_metadata_stor
 
 
 async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_and_the_current_ones_kept(
-    service: RunningPools, temporal_client: Client, publisher: RequestPublisher, zk, s3, stack
+    cluster: SimulatedCluster, service: RunningPools, temporal_client: Client, publisher: RequestPublisher
 ) -> None:
     """A broker starting a new offload attempt stores the new uuid, then sends the replaced attempt's objects
     here ("Previous failed offload") while its topic still lists the ledger. Those objects are read by
     nothing: deleted. A request for the uuid the managed ledger stores is kept after the grace, as is the
     ledger's BookKeeper copy."""
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     ledger_id, current = cluster.new_ledger_ids(2)
     topic = cluster.create_topic(
         f"e2e/ns-{uuid.uuid4().hex[:6]}/reoffloaded",
@@ -292,7 +285,7 @@ async def test_the_objects_of_a_replaced_offload_attempt_are_deleted_and_the_cur
 
 
 async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart(
-    settings: Settings, temporal_client: Client, zk, s3, stack, new_ledger_id
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, zk, stack, new_ledger_id
 ) -> None:
     """Pulsar's metadata in a store of its own (a chroot here), BookKeeper's at the top: the locator found
     there keeps the live schema ledger and lets the dropped version go. Read from BookKeeper's ZooKeeper,
@@ -306,7 +299,6 @@ async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart
     )
     schema_id = f"e2e/ns-{run}/orders"
     dropped, live = new_ledger_id(), new_ledger_id()
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     cluster.add_schema(schema_id, [dropped, live])
     cluster.add_schema(schema_id, [live])  # the broker dropped a version: the locator lists only `live`
     locator, _ = zk.get(f"/schemas/{schema_id}")
@@ -335,7 +327,7 @@ async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart
 
 
 async def test_restarted_pulsar_pool_loses_nothing(
-    settings: Settings, temporal_client: Client, zk, s3, stack
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client
 ) -> None:
     """Stop the pools while requests are in flight (held messages unacked), start them again: every request
     still ends deleted and acked, because Pulsar redelivers what the stopped consumer held."""
@@ -347,7 +339,6 @@ async def test_restarted_pulsar_pool_loses_nothing(
         shutdown_grace_seconds=0,
         ack_schedule_to_start_seconds=3,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"e2e/ns-{uuid.uuid4().hex[:6]}/restart"
     ids = cluster.new_ledger_ids(12)
     cluster.create_topic(topic, ids)
@@ -373,7 +364,7 @@ async def test_restarted_pulsar_pool_loses_nothing(
 
 
 async def test_colocated_pools_handle_every_case_on_one_task_queue(
-    settings: Settings, temporal_client: Client, zk, s3, stack
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client
 ) -> None:
     """``colocate_pools``: one process, one task queue, every activity started eagerly by the same worker."""
     colocated = settings.with_overrides(
@@ -381,7 +372,6 @@ async def test_colocated_pools_handle_every_case_on_one_task_queue(
         task_queue_prefix=f"{settings.task_queue_prefix}-colocated",
         colocate_pools=True,
     )
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     async with running_pools(colocated, temporal_client) as running:
         with RequestPublisher(colocated) as colocated_publisher:
             scenario = build_and_mark(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,12 +81,14 @@ def _data(topic: str, ledger_id: int) -> PendingDeleteLedgerInfo:
 
 
 @pytest.fixture
-def clusters(zk: KazooClient, s3: Any, stack: StackEndpoints) -> Iterator[TwoClusters]:
+def clusters(
+    zk: KazooClient, stack: StackEndpoints, make_cluster: Callable[..., SimulatedCluster]
+) -> Iterator[TwoClusters]:
     uid = uuid.uuid4().hex[:8]
     chroot = f"/shbk-b-{uid}"
     zk.ensure_path("/schemas")  # A's store has stored a schema before (B's gets one below)
-    a = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    b = SimulatedCluster(zk, s3, bucket=stack.offload_bucket, metadata_root=chroot)
+    a = make_cluster()
+    b = make_cluster(metadata_root=chroot)  # a second Pulsar cluster's store, on the same BookKeeper
     tenant = f"shbk{uid}"
     geo = f"{tenant}/geo/orders"
     # B's ledgers first: its ids are all below A's, as for a geo-replicated topic B created earlier.
@@ -109,9 +111,7 @@ def clusters(zk: KazooClient, s3: Any, stack: StackEndpoints) -> Iterator[TwoClu
         b_only,
         a_only,
     )
-    a.cleanup()
-    b.cleanup()
-    zk.delete(chroot, recursive=True)
+    zk.delete(chroot, recursive=True)  # make_cluster removes the rest of what a and b wrote
 
 
 def test_a_namespace_is_known_by_its_managed_ledgers_in_the_clusters_own_store(

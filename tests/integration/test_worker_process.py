@@ -31,7 +31,7 @@ def worker_command() -> list[str]:
 
 
 async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
-    settings: Settings, temporal_client: Client, zk, s3, stack, tmp_path
+    cluster: SimulatedCluster, settings: Settings, temporal_client: Client, stack, tmp_path
 ) -> None:
     run = uuid.uuid4().hex[:6]
     env = {
@@ -45,7 +45,6 @@ async def test_worker_process_deletes_then_stops_cleanly_on_sigterm(
         "LEDGER_DELETION_STEP_TIMEOUT_SECONDS": '{"check_topic": 12}',
     }
     mine = settings.with_overrides(topic=env["LEDGER_DELETION_TOPIC"])
-    cluster = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
     topic = f"proc/ns-{run}/t"
     ids = cluster.new_ledger_ids(4)
     cluster.create_topic(topic, ids)

@@ -10,14 +10,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from temporalio.client import Client
 
-from devstack.cluster import SimulatedCluster
 from devstack.stack import StackEndpoints
 from ledger_deletion.observability import metrics, tracing
 from ledger_deletion.observability.setup import interceptors
@@ -76,13 +74,6 @@ async def observed(
 def observed_publisher(observed_settings: Settings) -> Iterator[RequestPublisher]:
     with RequestPublisher(observed_settings) as publisher:
         yield publisher
-
-
-@pytest.fixture
-def cluster(stack: StackEndpoints, zk: Any, s3: Any) -> Iterator[SimulatedCluster]:
-    simulated = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    yield simulated
-    simulated.cleanup()
 
 
 @pytest.fixture

@@ -1,27 +1,17 @@
-"""Fixtures for the stack tests: a simulated cluster whose writes are removed after each test module.
+"""Fixtures for the stack tests: topics owned by a chosen broker of the admin emulator.
 
-The stack itself (``stack``, ``zk``, ``s3``) comes from the session fixtures of ``tests/conftest.py``, which
-reuse a running stack or start one.
+The stack itself (``stack``, ``zk``, ``s3``) and the simulated ``cluster`` come from the shared fixtures of
+``tests/fixtures.py``, which reuse a running stack or start one.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from devstack.admin_emulator import owner_index
-from devstack.cluster import SimulatedCluster
-from devstack.stack import StackEndpoints
-
-
-@pytest.fixture(scope="module")
-def cluster(stack: StackEndpoints, zk: Any, s3: Any) -> Iterator[SimulatedCluster]:
-    simulated = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    yield simulated
-    simulated.cleanup()  # only what this module wrote: other sessions may share the stack
 
 
 @pytest.fixture

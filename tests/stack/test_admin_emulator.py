@@ -17,6 +17,7 @@ from ledger_deletion.adapters.pulsar_admin import PulsarAdminClient, ledgers_in_
 from ledger_deletion.errors import AuthorizationError
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.formats.managed_ledger import schema_id_for_topic
+from tests.support import private_emulator
 
 pytestmark = pytest.mark.stack
 
@@ -34,12 +35,7 @@ def get_following(base: str, topic: str, op: str) -> httpx.Response:
 @pytest.fixture(scope="module")
 def secured(stack: StackEndpoints) -> Iterator[AdminEmulator]:
     """A second emulator (free ports) that requires a bearer token, over the same ZooKeeper."""
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0, token=TOKEN) as emulator:
-        for base in emulator.urls:  # the ZooKeeper session connects in the background
-            for _ in range(100):
-                auth = {"Authorization": f"Bearer {TOKEN}"}
-                if httpx.get(f"{base}/health", headers=auth).status_code == 200:
-                    break
+    with private_emulator(stack.zookeeper, token=TOKEN) as emulator:
         yield emulator
 
 

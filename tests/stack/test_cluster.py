@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -150,9 +151,8 @@ def test_delete_topic_leaves_orphans(cluster: SimulatedCluster) -> None:
     assert keys and all(cluster.object_exists(key, bucket) for bucket, key in keys)
 
 
-def test_cleanup_removes_only_what_it_wrote(stack: StackEndpoints, zk: Any, s3: Any) -> None:
-    mine = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
-    theirs = SimulatedCluster(zk, s3, bucket=stack.offload_bucket)
+def test_cleanup_removes_only_what_it_wrote(make_cluster: Callable[..., SimulatedCluster]) -> None:
+    mine, theirs = make_cluster(), make_cluster()
     topic_mine, topic_theirs = fresh_topic(), fresh_topic()
     (a, b) = mine.new_ledger_ids(2)
     mine.create_topic(topic_mine, [a], offloaded={a})

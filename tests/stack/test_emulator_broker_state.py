@@ -19,6 +19,7 @@ from devstack.cluster import SimulatedCluster
 from devstack.pulsar_lite import PrivatePulsarLite
 from devstack.stack import StackEndpoints
 from ledger_deletion.adapters.pulsar_admin import topic_path
+from tests.support import private_emulator
 
 pytestmark = pytest.mark.stack
 
@@ -32,12 +33,7 @@ def lite() -> Iterator[PrivatePulsarLite]:
 @pytest.fixture(scope="module")
 def emulator(stack: StackEndpoints, lite: PrivatePulsarLite) -> Iterator[AdminEmulator]:
     """An emulator of this module's own (free ports): the stack's may run an older build of this code."""
-    with AdminEmulator(stack.zookeeper, port=0, owner_port=0, pulsar_metrics=lite.metrics_url) as started:
-        for base in started.urls:
-            for _ in range(100):
-                if httpx.get(f"{base}/health").status_code == 200:
-                    break
-                time.sleep(0.1)
+    with private_emulator(stack.zookeeper, pulsar_metrics=lite.metrics_url) as started:
         yield started
 
 

@@ -1,8 +1,10 @@
-"""Session fixtures: one embedded stack per test session, shared by every test that needs it.
+"""The fixtures both test trees share (``tests/``, ``bench/tests/``), registered by the root ``conftest.py``:
+one embedded stack per test session, shared by every test that needs it.
 
 The stack is the one ``ledger-deletion stack up`` runs (real Temporal dev server, pulsar-lite, ZooKeeper, moto
 S3, admin emulator). Each session uses its own deletion topic and task queues, and every test its own ledger
-ids, so sessions and tests never see each other's messages or ledgers.
+ids, so sessions and tests never see each other's messages or ledgers. Under pytest-xdist each worker is a
+session of its own: nothing here assumes one session per run.
 """
 
 from __future__ import annotations
@@ -11,18 +13,19 @@ import itertools
 import os
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
+from devstack.cluster import SimulatedCluster
 from devstack.stack import Stack, StackEndpoints
 from devstack.stack import default_state_dir as _default_state_dir
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.support import running_pools
+from tests.support import ClusterStore, running_pools
 from workers.pools import RunningPools
 
 # Variables of the dev stack and of the tests themselves (state directories, screenshots), not settings of
@@ -105,6 +108,41 @@ def zk(stack: StackEndpoints) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def s3(stack: StackEndpoints) -> Any:
     return stack.s3_client()
+
+
+@pytest.fixture(scope="session")
+def cluster_store(stack: StackEndpoints, zk: Any, s3: Any) -> ClusterStore:
+    """Where this tier's simulated clusters write: the shared stack (the fault tier has its own)."""
+    return ClusterStore(zk, s3, stack.offload_bucket)
+
+
+@pytest.fixture
+def make_cluster(cluster_store: ClusterStore) -> Iterator[Callable[..., SimulatedCluster]]:
+    """Factory of simulated clusters on the tier's store, for a test that needs one unlike ``cluster``: on
+    another chroot (``metadata_root``), bucket or client, or two of them. What each wrote is removed after the
+    test (unless the store is kept): other sessions share the stack."""
+    made: list[SimulatedCluster] = []
+
+    def make(*, zk: Any = None, bucket: str | None = None, metadata_root: str = "") -> SimulatedCluster:
+        simulated = SimulatedCluster(
+            cluster_store.zk if zk is None else zk,
+            cluster_store.s3,
+            bucket=cluster_store.bucket if bucket is None else bucket,
+            metadata_root=metadata_root,
+        )
+        made.append(simulated)
+        return simulated
+
+    yield make
+    if not cluster_store.keep:
+        for simulated in made:
+            simulated.cleanup()
+
+
+@pytest.fixture
+def cluster(make_cluster: Callable[..., SimulatedCluster]) -> SimulatedCluster:
+    """A simulated Pulsar cluster on the tier's store, its writes removed after the test."""
+    return make_cluster()
 
 
 _ids = itertools.count(random.randrange(10**6, 2**31 - 10**8, 1000))
