@@ -138,6 +138,7 @@ class Pip186Consumer:
             settings.pulsar_metadata_hosts, settings.zookeeper_timeout_seconds
         )
         self.store = store
+        self._clients = (admin, store, pulsar_metadata)  # closed by close(): their sockets are its own
         self.bk = BookKeeperReadActivities(store, pulsar_metadata)
         self.offload = OffloadActivities(
             object_store(settings, concurrency), settings.offload_bucket, settings.s3_endpoint_alias_list
@@ -405,6 +406,8 @@ class Pip186Consumer:
         self.retry.close()
         self.dlq.close()
         self.client.close()
+        for client in self._clients:
+            client.close()
 
 
 class _VersionChanged(TransientError):

@@ -106,8 +106,10 @@ def zk(stack: StackEndpoints) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def s3(stack: StackEndpoints) -> Any:
-    return stack.s3_client()
+def s3(stack: StackEndpoints) -> Iterator[Any]:
+    client = stack.s3_client()
+    yield client
+    client.close()  # its pooled connections, not left for the garbage collector
 
 
 @pytest.fixture(scope="session")

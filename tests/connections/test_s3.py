@@ -7,7 +7,6 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
-import boto3
 import pytest
 
 from ledger_deletion.adapters.object_store import ObjectStore
@@ -18,10 +17,10 @@ pytestmark = pytest.mark.stack
 
 
 def test_the_object_store_works_over_https_with_the_ca_bundle(
-    stack: Any, pki: Pki, monkeypatch: pytest.MonkeyPatch, tmp_path
+    stack: Any, s3: Any, pki: Pki, monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     bucket = f"tls-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=stack.s3_endpoint, region_name="us-east-1").create_bucket(Bucket=bucket)
+    s3.create_bucket(Bucket=bucket)
     moto = urlsplit(stack.s3_endpoint)
     server = pki.issue("s3", ips=("127.0.0.1",))
     with tls_proxy(server_context(server), (moto.hostname, moto.port)) as proxy:

@@ -111,8 +111,10 @@ def fault_zk(fault_endpoints: StackEndpoints) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def fault_s3(fault_endpoints: StackEndpoints) -> Any:
-    return fault_endpoints.s3_client()
+def fault_s3(fault_endpoints: StackEndpoints) -> Iterator[Any]:
+    client = fault_endpoints.s3_client()
+    yield client
+    client.close()  # its pooled connections, not left for the garbage collector
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import pulsar
 import pytest
@@ -66,13 +67,13 @@ def test_every_service_is_healthy(stack: StackEndpoints) -> None:
 
 
 @pytest.mark.stack
-def test_deletion_topic_has_four_partitions_and_bucket_exists(stack: StackEndpoints) -> None:
+def test_deletion_topic_has_four_partitions_and_bucket_exists(stack: StackEndpoints, s3: Any) -> None:
     client = pulsar.Client(stack.pulsar_url, operation_timeout_seconds=10)
     try:
         assert len(client.get_topic_partitions(DEFAULT_TOPIC)) == 4
     finally:
         client.close()
-    stack.s3_client().head_bucket(Bucket=stack.offload_bucket)
+    s3.head_bucket(Bucket=stack.offload_bucket)
 
 
 async def test_task_queues_have_one_partition(stack: StackEndpoints) -> None:

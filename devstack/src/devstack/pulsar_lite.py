@@ -68,22 +68,23 @@ class PrivatePulsarLite:
             f"default_partitions = {self._partitions}\n\n[metrics]\nenabled = true\n"
             f'addr = "{HOST}:{self.metrics_port}"\n'
         )
-        log = (root / "pulsar-lite.log").open("wb")
-        self._process = subprocess.Popen(
-            [
-                str(pulsar_lite_binary()),
-                "--config",
-                str(config),
-                "--addr",
-                f"{HOST}:{self.port}",
-                "--db-path",
-                str(root / "data"),
-                "--log-level",
-                "warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        # The child writes to its own copy of the descriptor: this process's is closed once it is started.
+        with (root / "pulsar-lite.log").open("wb") as log:
+            self._process = subprocess.Popen(
+                [
+                    str(pulsar_lite_binary()),
+                    "--config",
+                    str(config),
+                    "--addr",
+                    f"{HOST}:{self.port}",
+                    "--db-path",
+                    str(root / "data"),
+                    "--log-level",
+                    "warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while not (_listening(self.port) and _listening(self.metrics_port)):
             if self._process.poll() is not None or time.monotonic() > deadline:
