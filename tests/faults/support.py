@@ -13,7 +13,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -175,3 +175,19 @@ async def started_pools(
         yield pool_set
     finally:
         await asyncio.to_thread(pool_set.stop)
+
+
+async def started_run_ids(client: Client, workflow_ids: Iterable[str], timeout: float = 60) -> list[str]:
+    """The run id of each workflow once the ingest loop has started it (``describe`` finds it); fails after
+    ``timeout`` seconds for all of them."""
+    deadline = time.monotonic() + timeout
+    run_ids = []
+    for workflow_id in workflow_ids:
+        while True:
+            try:
+                run_ids.append((await client.get_workflow_handle(workflow_id).describe()).run_id)
+                break
+            except Exception:
+                assert time.monotonic() < deadline, f"{workflow_id} never started"
+                await asyncio.sleep(0.2)
+    return run_ids

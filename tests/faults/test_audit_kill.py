@@ -29,7 +29,7 @@ from ledger_deletion.audit.store import AuditStore
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.faults.support import started_pools
+from tests.faults.support import started_pools, started_run_ids
 
 pytestmark = pytest.mark.stack
 
@@ -51,15 +51,8 @@ async def test_a_deletion_decided_while_its_acking_pool_is_dead_is_recorded_once
         with RequestPublisher(settings) as publisher:
             for request in requests:
                 publisher.publish(request)
-        deadline = time.monotonic() + 60
-        for request in requests:  # every run started, waiting out the in-use grace; nothing acked
-            while True:
-                try:
-                    await fault_client.get_workflow_handle(request.workflow_id).describe()
-                    break
-                except Exception:
-                    assert time.monotonic() < deadline, f"{request.workflow_id} never started"
-                    await asyncio.sleep(0.2)
+        # Every run started, waiting out the in-use grace; nothing acked.
+        await started_run_ids(fault_client, [r.workflow_id for r in requests])
         pools.kill9("pulsar")
         # The broker's metadata update lands: the runs decide and delete, and schedule acks nobody polls.
         cluster.remove_ledgers_from_metadata(topic, ids[:3])
@@ -120,14 +113,7 @@ async def test_a_deletion_whose_ack_was_lost_is_recorded_by_the_process_that_get
         with RequestPublisher(settings) as publisher:
             publisher.publish(request)
         handle = fault_client.get_workflow_handle(request.workflow_id)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                first_run = (await handle.describe()).run_id
-                break
-            except Exception:
-                assert time.monotonic() < deadline, f"{request.workflow_id} never started"
-                await asyncio.sleep(0.2)
+        [first_run] = await started_run_ids(fault_client, [request.workflow_id])
         pools.kill9("pulsar")
         cluster.remove_ledgers_from_metadata(topic, ids[:1])
         first = await latest_result(fault_client, request.workflow_id, 120)

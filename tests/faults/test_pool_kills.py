@@ -24,7 +24,7 @@ from devstack.soak import latest_result
 from ledger_deletion.contracts import Outcome
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
-from tests.faults.support import CLOSE_BOUND_SECONDS, run_batch
+from tests.faults.support import CLOSE_BOUND_SECONDS, run_batch, started_run_ids
 
 pytestmark = pytest.mark.stack
 
@@ -45,15 +45,8 @@ async def test_pulsar_pool_dies_after_start_before_ack(
     with RequestPublisher(module_settings) as publisher:
         for request in requests:
             publisher.publish(request)
-    deadline = time.monotonic() + 60
-    for request in requests:  # until the ingest loop has started every workflow; nothing is acked yet
-        while True:
-            try:
-                await fault_client.get_workflow_handle(request.workflow_id).describe()
-                break
-            except Exception:
-                assert time.monotonic() < deadline, f"{request.workflow_id} never started"
-                await asyncio.sleep(0.2)
+    # Until the ingest loop has started every workflow; nothing is acked yet.
+    await started_run_ids(fault_client, [r.workflow_id for r in requests])
     pool_processes.kill9("pulsar")
     cluster.remove_ledgers_from_metadata(topic, ids[:4])
     await asyncio.to_thread(pool_processes.restart, "pulsar")
