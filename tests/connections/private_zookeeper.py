@@ -44,6 +44,14 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def _ruok(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
@@ -126,7 +134,9 @@ def private_zookeeper(
         )
     try:
         deadline = time.monotonic() + 60
-        while not _ruok(port):
+        # The secure port too: a TLS client that finds it closed retries, and kazoo leaves each failed
+        # attempt's socket open (create_tcp_connection raises without closing it).
+        while not (_ruok(port) and (secure_port is None or _accepts(secure_port))):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"private ZooKeeper did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
