@@ -7,7 +7,11 @@
    of it: BookKeeper ledgers, managed ledgers, cursors, schemas. No offloaded objects: the watcher reads
    none of them but in its suspects' checks. Clusters are cached in the state dir.
 2. Memory: a full read of Pulsar's metadata into a :class:`~ledger_deletion.watch.snapshot.Snapshot` under
-   ``tracemalloc``, the Python memory it keeps afterwards, per managed ledger and per 100k of them.
+   ``tracemalloc``, the Python memory it keeps afterwards, per managed ledger and per 100k of them; then a
+   second read in place (a resync), its peak above what the snapshot keeps. And the issue's shape, built
+   in memory (``--scale-topics``, 200k by default): twenty ledgers per topic, half of them offloaded, a
+   cursor each, loaded into a snapshot, beside the previous representation (each record's bytes whole, a
+   dict entry per cursor) measured in the same run.
 3. The resync a starting watcher does (BookKeeper's ids listed, every record read, the unreferenced
    ledgers' metadata read): wall time and the requests ZooKeeper received (``mntr``'s
    ``zk_packets_received``) and the watcher sent.
@@ -17,6 +21,11 @@
    production, elected, with its workflow starts counted instead of sent to Temporal. Measured: the
    changes written, the events the watcher received (each change must arrive as one), the znodes it read
    and the requests it sent, its suspects, its CPU.
+5. Three reconnections, as a rolling restart of the ensemble makes them: the watcher's connection (through
+   a TCP proxy) is cut, brokers change records meanwhile, and it is healed, three times. The bytes the
+   watcher read from then to the end (the catch-ups, the reads of what changed, pings), against the bytes
+   its start's full resync read; the changes all seen. (tests/integration/test_watcher_zookeeper_restart.py
+   restarts a real server.)
 
 Realistic rates come from Pulsar's defaults (``ServiceConfiguration``): a topic rolls its ledger at most
 every ``managedLedgerMaxLedgerRolloverTimeMinutes`` (240) and at least ``...MinLedgerRolloverTimeMinutes``
@@ -63,17 +72,21 @@ from temporalio.client import Client  # noqa: E402
 from bench.reconcile_benchmark import launch_zookeeper, packets_received  # noqa: E402
 from devstack import ports  # noqa: E402
 from devstack.generator import ClusterSpec, plan_cluster, write_plan  # noqa: E402
+from devstack.tcp_proxy import TcpProxy  # noqa: E402
 from ledger_deletion.adapters.zk_reads import ZkReads  # noqa: E402
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata  # noqa: E402
 from ledger_deletion.formats.bk_paths import ledger_path  # noqa: E402
 from ledger_deletion.formats.managed_ledger import (  # noqa: E402
+    ManagedCursorInfo,
+    ManagedLedgerInfo,
     parse_managed_cursor_info,
     parse_managed_ledger_info,
     serialize_managed_cursor_info,
     serialize_managed_ledger_info,
 )
 from ledger_deletion.settings import Settings  # noqa: E402
-from workers.watch_scan import read_pulsar_metadata  # noqa: E402
+from ledger_deletion.watch.snapshot import Snapshot  # noqa: E402
+from workers.watch_scan import sync_pulsar_metadata  # noqa: E402
 from workers.watcher import Watcher  # noqa: E402
 
 PER = 100_000  # results are scaled per this many topics (managed ledgers)
@@ -196,10 +209,15 @@ def measure_memory(zookeeper: str, chroot: str) -> dict[str, Any]:
         tracemalloc.start()
         before = tracemalloc.get_traced_memory()[0]
         began = time.monotonic()
-        snapshot = read_pulsar_metadata(ZkReads(zk))
+        snapshot = Snapshot()
+        sync_pulsar_metadata(ZkReads(zk), snapshot)
         seconds = time.monotonic() - began
         gc.collect()
         kept = tracemalloc.get_traced_memory()[0] - before
+        # A resync: the same walk again, into the snapshot in place; its peak above what is kept.
+        tracemalloc.reset_peak()
+        sync_pulsar_metadata(ZkReads(zk), snapshot)
+        peak = tracemalloc.get_traced_memory()[1] - before
         tracemalloc.stop()
     finally:
         zk.stop()
@@ -213,6 +231,95 @@ def measure_memory(zookeeper: str, chroot: str) -> dict[str, Any]:
         "bytes_per_topic": round(kept / topics),
         "mib_per_100k_topics": round(kept / topics * PER / 2**20, 1),
         "read_seconds_traced": round(seconds, 1),
+        "resync_peak_bytes": peak,
+        "resync_peak_over_snapshot": round(peak / kept, 3),
+    }
+
+
+def _scale_records(topics: int, ledgers: int, offloaded: int) -> Any:
+    """``(ml name, record bytes, cursor name, cursor record bytes)`` per topic, the issue's shape: ids a
+    cluster-wide sequence apart (every topic rolls in turn), the oldest ``offloaded`` ledgers offloaded to
+    one bucket, realistic entries, sizes and timestamps."""
+    rnd = random.Random(42)
+    namespaces = [f"tenant-{t}/ns-{n}" for t in range(10) for n in range(10)]
+    for topic in range(topics):
+        ns = namespaces[topic % len(namespaces)]
+        name = f"{ns}/persistent/topic-{topic:07d}-partition-{topic % 16}"
+        info = ManagedLedgerInfo()
+        for i in range(ledgers):
+            li = info.ledgerInfo.add(
+                ledgerId=1_000_000 + i * topics + topic,
+                entries=rnd.randrange(10_000, 100_000),
+                size=rnd.randrange(2**26, 2**30),
+                timestamp=1_760_000_000_000 + i * 600_000 + rnd.randrange(60_000),
+            )
+            if i < offloaded:
+                ctx = li.offloadContext
+                ctx.uidMsb, ctx.uidLsb = rnd.getrandbits(63), -rnd.getrandbits(63)
+                ctx.complete = True
+                ctx.timestamp = li.timestamp + 3_600_000
+                ctx.driverMetadata.name = "aws-s3"
+                for key, value in (
+                    ("bucket", "pulsar-offload"),
+                    ("region", "eu-west-1"),
+                    ("managedLedgerOffloadDriver", "aws-s3"),
+                ):
+                    ctx.driverMetadata.properties.add(key=key, value=value)
+        cursor = ManagedCursorInfo(cursorsLedgerId=1_000_000 + ledgers * topics + topic, markDeleteLedgerId=1)
+        yield name, serialize_managed_ledger_info(info), "sub", serialize_managed_cursor_info(cursor)
+
+
+def _traced(fill: Any) -> tuple[int, Any]:
+    """The memory ``fill()``'s result keeps (tracemalloc), and the result."""
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    kept_object = fill()
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    return kept, kept_object
+
+
+def measure_scale_memory(topics: int, ledgers: int = 20, offloaded: int = 10) -> dict[str, Any]:
+    """The snapshot at ``topics`` topics of the issue's shape, and the previous representation of the same
+    records (a dict of each record's bytes, a dict of each cursor's ledger id), measured the same way. The
+    records are built first, outside the tracing (the previous representation keeps copies of them)."""
+    began = time.monotonic()
+    built = list(_scale_records(topics, ledgers, offloaded))
+
+    def previous() -> tuple[dict[str, bytes], dict[tuple[str, str], int]]:
+        records: dict[str, bytes] = {}
+        cursors: dict[tuple[str, str], int] = {}
+        for name, data, cursor, cursor_data in built:
+            # Copies, as a read makes its own strings and bytes: the built ones are outside the tracing.
+            ml_name = sys.intern((name + "/")[:-1])
+            records[ml_name] = bytes(memoryview(data))
+            cursor_name = (cursor + "/")[:-1]
+            cursors[(ml_name, cursor_name)] = parse_managed_cursor_info(cursor_data).cursorsLedgerId
+        return records, cursors
+
+    def compact() -> Snapshot:
+        snapshot = Snapshot()
+        for name, data, cursor, cursor_data in built:
+            snapshot.load(f"/managed-ledgers/{name}", data)
+            snapshot.load(f"/managed-ledgers/{name}/{cursor}", cursor_data)
+        return snapshot
+
+    before, _ = _traced(previous)
+    record_bytes = sum(len(data) for _, data, _, _ in built)
+    after, snapshot = _traced(compact)
+    assert snapshot.managed_ledger_count == topics and snapshot.cursor_count == topics
+    return {
+        "topics": topics,
+        "ledgers_per_topic": ledgers,
+        "offloaded_per_topic": offloaded,
+        "cursors_per_topic": 1,
+        "record_bytes_per_topic": round(record_bytes / topics),
+        "previous_bytes_per_topic": round(before / topics),
+        "bytes_per_topic": round(after / topics),
+        "ratio_to_previous": round(after / before, 3),
+        "seconds": round(time.monotonic() - began, 1),
     }
 
 
@@ -333,7 +440,9 @@ async def measure_watch(
     settings = Settings(
         zookeeper=hosts, watch_delay_seconds=300, watch_election_path="/ledger-deletion/watcher"
     )
-    metadata_zk = KazooClient(hosts=hosts, timeout=30)
+    # The watcher reaches Pulsar's store through a proxy the reconnection phase cuts.
+    proxy = TcpProxy(zookeeper).start()
+    metadata_zk = KazooClient(hosts=proxy.address + entry["chroot"], timeout=30)
     bk_zk = KazooClient(hosts=hosts, timeout=30)
     for zk in (metadata_zk, bk_zk):
         zk.start()
@@ -353,6 +462,7 @@ async def measure_watch(
         "zk_packets": packets_received(zookeeper) - packets,
         "watcher_requests": watcher.reads.requests + watcher.bk_reads.requests,
         "suspects": starts.started,
+        "bytes_received": watcher.stats.resync_bytes,
     }
     print(f"resync: {json.dumps(resync)}", flush=True)
 
@@ -408,12 +518,70 @@ async def measure_watch(
         "suspects_per_minute": round((starts.started - starts0) * per_minute),
         "watcher_cpu_seconds_per_minute": round((_cpu() - cpu) * 60 / (time.monotonic() - began), 2),
     }
+    reconnects = await measure_reconnects(watcher, proxy, zookeeper, entry)
     stop.set()
     await task
     for zk in (metadata_zk, bk_zk):
         zk.stop()
         zk.close()
-    return {"resync": resync, "watch": watch}
+    proxy.stop()
+    return {"resync": resync, "watch": watch, "reconnects": reconnects}
+
+
+async def measure_reconnects(
+    watcher: Watcher,
+    proxy: TcpProxy,
+    zookeeper: str,
+    entry: dict[str, Any],
+    turns: int = 3,
+    changes: int = 50,
+) -> dict[str, Any]:
+    """Cut the watcher's connection ``turns`` times, roll ``changes`` topics' ledgers while it is cut,
+    heal; the bytes it read from the first cut until it has read every change, against one full resync."""
+    writer = KazooClient(hosts=zookeeper + entry["chroot"], timeout=30)
+    writer.start()
+    rnd = random.Random(11)
+    next_id = entry["first_free_id"] + random.Random().randrange(10**8, 2**30, 10**6)
+    before, stats0 = watcher.zk_bytes_received, dict(vars(watcher.stats))
+    began = time.monotonic()
+    wanted: dict[str, bytes] = {}
+    for turn in range(1, turns + 1):
+        proxy.cut()
+        for name in rnd.sample(entry["ml_names"], changes):
+            path = f"/managed-ledgers/{name}"
+            data, stat = writer.get(path)
+            info = parse_managed_ledger_info(data)
+            info.ledgerInfo.add(ledgerId=next_id)
+            next_id += 1
+            if len(info.ledgerInfo) > 2:
+                del info.ledgerInfo[0]
+            writer.set(path, serialize_managed_ledger_info(info), version=stat.version)
+            wanted[path] = writer.get(path)[0]
+        await asyncio.sleep(1)
+        proxy.heal()
+        while watcher.stats.catch_ups < stats0["catch_ups"] + turn:
+            await asyncio.sleep(0.1)
+        probe = Snapshot()
+        for path, data in wanted.items():
+            probe.load(path, data)
+        deadline = time.monotonic() + 120
+        while any(watcher.snapshot.known(p) != probe.known(p) for p in wanted):
+            if time.monotonic() > deadline:
+                raise SystemExit("the watcher did not read every change made while it was disconnected")
+            await asyncio.sleep(0.2)
+    writer.stop()
+    writer.close()
+    read = watcher.zk_bytes_received - before
+    return {
+        "turns": turns,
+        "records_changed_per_turn": changes,
+        "bytes_received": read,
+        "full_resync_bytes": watcher.stats.resync_bytes,
+        "ratio_to_one_resync": round(read / max(1, watcher.stats.resync_bytes), 5),
+        "catch_up_bytes": watcher.stats.catch_up_bytes - stats0["catch_up_bytes"],
+        "resyncs": watcher.stats.resyncs - stats0["resyncs"],
+        "seconds": round(time.monotonic() - began, 1),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -421,6 +589,7 @@ async def measure_watch(
 
 def render(result: dict[str, Any]) -> str:
     cluster, mem, resync, watch = result["cluster"], result["memory"], result["resync"], result["watch"]
+    scale_mem, reconnects = result.get("scale_memory"), result["reconnects"]
     topics = cluster["managed_ledgers"]
     scale = PER / topics
     lines = [
@@ -433,6 +602,17 @@ def render(result: dict[str, Any]) -> str:
             "memory of the snapshot (Python objects kept after a full read, tracemalloc):",
             f"  {mem['snapshot_bytes'] / 2**20:.1f} MiB = {mem['bytes_per_topic']} B per topic "
             f"-> {mem['mib_per_100k_topics']} MiB per 100k topics",
+            f"  a resync in place peaks {mem['resync_peak_bytes'] / 2**20:.1f} MiB "
+            f"({mem['resync_peak_over_snapshot']}x the snapshot)",
+            "",
+        ]
+    if scale_mem is not None:
+        lines += [
+            f"memory at {scale_mem['topics']} topics of {scale_mem['ledgers_per_topic']} ledgers "
+            f"({scale_mem['offloaded_per_topic']} offloaded) and a cursor each, records of "
+            f"{scale_mem['record_bytes_per_topic']} B:",
+            f"  {scale_mem['bytes_per_topic']} B per topic; the previous representation "
+            f"{scale_mem['previous_bytes_per_topic']} B ({scale_mem['ratio_to_previous']}x)",
             "",
         ]
     lines += [
@@ -451,6 +631,12 @@ def render(result: dict[str, Any]) -> str:
         f"requests/min ({watch['reads_per_change']} reads per change), started "
         f"{watch['suspects_per_minute']} suspects/min, "
         f"used {watch['watcher_cpu_seconds_per_minute']} CPU s/min",
+        "",
+        f"{reconnects['turns']} reconnections, {reconnects['records_changed_per_turn']} records changed "
+        f"during each: {reconnects['bytes_received']} B read "
+        f"({reconnects['catch_up_bytes']} B by the catch-ups), "
+        f"one full resync {reconnects['full_resync_bytes']} B ({reconnects['ratio_to_one_resync']}x); "
+        f"{reconnects['resyncs']} resyncs",
     ]
     return "\n".join(lines)
 
@@ -469,6 +655,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--keep-zookeeper", action="store_true")
     parser.add_argument("--no-memory", action="store_true", help="skip the (slow, traced) memory read")
+    parser.add_argument(
+        "--scale-topics", type=int, default=200_000, help="topics of the in-memory shape (0: skip it)"
+    )
     args = parser.parse_args(argv)
     out: Path = args.out or _state_home() / "bench" / f"watch-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
     out.mkdir(parents=True, exist_ok=True)
@@ -482,6 +671,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cluster: {json.dumps(brief)}", flush=True)
         memory = None if args.no_memory else measure_memory(zookeeper, entry["chroot"])
         print(f"memory: {json.dumps(memory)}", flush=True)
+        scale_memory = measure_scale_memory(args.scale_topics) if args.scale_topics else None
+        print(f"scale memory: {json.dumps(scale_memory)}", flush=True)
         measured = asyncio.run(
             measure_watch(
                 zookeeper, entry, args.rolls_per_minute, args.cursor_switches_per_minute, args.minutes
@@ -491,6 +682,7 @@ def main(argv: list[str] | None = None) -> int:
             "argv": sys.argv[1:] if argv is None else argv,
             "cluster": brief,
             "memory": memory,
+            "scale_memory": scale_memory,
             **measured,
         }
         text = render(result)

@@ -130,6 +130,9 @@ class Snapshot:
     def forget_unlisted(self, parent: str, listed: Collection[str]) -> list[Suspect]:
         """A resync listed ``parent``'s children: every record the snapshot holds directly below it that
         the listing does not name was deleted meanwhile (a topic's cursors before the topic)."""
+        # A record that never decoded has no entry: its path alone goes.
+        below = {p for p in self.unreadable if p.rpartition("/")[0] == parent}
+        self.unreadable -= {p for p in below if p.rpartition("/")[2] not in listed}
         record = classify(parent)
         if isinstance(record, ManagedLedgerRecord):  # its cursors
             prefix, local = _split(record.name)
@@ -151,6 +154,8 @@ class Snapshot:
     def forget_outside(self, topic_dirs: Collection[str], schema_dirs: Collection[str]) -> list[Suspect]:
         """A resync walked these directories (``/managed-ledgers/<tenant>/<ns>/persistent``,
         ``/schemas/<tenant>/<ns>``): every record held under another one was deleted with it."""
+        walked = (*topic_dirs, *schema_dirs)
+        self.unreadable = {p for p in self.unreadable if any(p.startswith(d + "/") for d in walked)}
         out: list[Suspect] = []
         for prefix in [p for p in self._topics if f"{MANAGED_LEDGERS_ROOT}/{p}" not in topic_dirs]:
             for local in list(self._topics.get(prefix, {})):

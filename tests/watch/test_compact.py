@@ -101,6 +101,9 @@ def test_a_resync_in_place_forgets_what_the_listings_no_longer_name() -> None:
     snapshot.load("/schemas/public/default/orders", locator([20]))
     snapshot.load("/schemas/public/removed/t", locator([50]))
     assert snapshot.records == 8
+    snapshot.apply(f"{NS_DIR}/never-read", b"\xff\xffcorrupt")  # unreadable from its first read
+    snapshot.apply(f"{elsewhere}-2", b"\xff\xffcorrupt")
+    assert len(snapshot.unreadable) == 2
 
     # The walk reads the namespace it still finds: ML unchanged, one cursor gone, "other" gone.
     found = snapshot.forget_unlisted(ML_PATH, ["sub"])
@@ -116,7 +119,7 @@ def test_a_resync_in_place_forgets_what_the_listings_no_longer_name() -> None:
         (40, "topic-deleted"),
         (50, "schema-deleted"),
     }
-    assert snapshot.records == 3
+    assert snapshot.records == 3 and snapshot.unreadable == set()
     assert snapshot.bk_referenced() == {1, 2, 7, 20}
     assert snapshot.cursor_ledger(ML, "sub") == 7 and snapshot.cursor_ledger(ML, "gone-sub") is None
 
