@@ -4,6 +4,7 @@ snapshot's in-place resync (:meth:`Snapshot.forget_unlisted`, :meth:`Snapshot.fo
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from ledger_deletion.formats.managed_ledger import (
     ManagedLedgerInfo,
@@ -12,7 +13,9 @@ from ledger_deletion.formats.managed_ledger import (
 )
 from ledger_deletion.formats.offload_keys import java_uuid_parts
 from ledger_deletion.watch import compact
+from ledger_deletion.watch.diff import managed_ledger_changes
 from ledger_deletion.watch.snapshot import Snapshot
+from ledger_deletion.watch.suspects import Suspect
 
 from .records import ML, ML_PATH, UUID_A, UUID_B, UUID_C, cursor, locator, managed_ledger
 
@@ -150,3 +153,53 @@ def test_a_catch_up_names_every_record_and_every_directory_it_knows() -> None:
     assert snapshot.known_children("/managed-ledgers/public") == {"empty", "default"}
     snapshot.directory_event("/managed-ledgers/public", created=False)
     assert snapshot.directories == set()
+
+
+def _decided(suspects: list[Suspect]) -> list[tuple[object, ...]]:
+    """What a request is decided on: its type, ledger, reason, workflow id and offload context (the
+    offload's timestamp aside, which no check reads and the snapshot does not keep)."""
+    out: list[tuple[object, ...]] = []
+    for s in suspects:
+        request = s.request
+        offload = request.context.offload_context if request.context else None
+        kept = None if offload is None else replace(offload, timestamp=0)
+        out.append((request.ledger_type, request.ledger_id, s.reason, s.workflow_id, kept))
+    return sorted(out, key=repr)
+
+
+def test_compact_records_leave_the_suspects_whole_records_do() -> None:
+    """Random changes of one managed ledger (trims, rollovers, offloads replaced, copies released,
+    segments, the topic deleted): the snapshot suspects what the diff of the whole records does."""
+    rnd = random.Random(3)
+    uuids = [UUID_A, UUID_B, UUID_C, "44444444-5555-4666-8777-888888888888"]
+    for _ in range(300):
+        ids = sorted(rnd.sample(range(1, 40), rnd.randrange(0, 8)))
+        states: list[bytes] = []
+        for _ in range(2):
+            kept = {i for i in ids if rnd.random() < 0.7} | (
+                {40 + rnd.randrange(5)} if rnd.random() < 0.3 else set()
+            )
+            offloads = {i: rnd.choice(uuids) for i in sorted(kept) if rnd.random() < 0.4}
+            segments = {
+                i: rnd.sample(uuids, 2) for i in sorted(kept) if i not in offloads and rnd.random() < 0.1
+            }
+            released = [i for i in offloads if rnd.random() < 0.3]
+            states.append(
+                managed_ledger(
+                    sorted(kept),
+                    offloads=offloads,
+                    segments=segments,
+                    released=released,
+                    complete=rnd.random() < 0.7,
+                )
+            )
+        before, after = states[0], None if rnd.random() < 0.1 else states[1]
+        whole = managed_ledger_changes(
+            ML,
+            parse_managed_ledger_info(before),
+            None if after is None else parse_managed_ledger_info(after),
+            [],
+        )
+        snapshot = Snapshot()
+        snapshot.load(ML_PATH, before)
+        assert _decided(snapshot.apply(ML_PATH, after)) == _decided(whole)
