@@ -6,4 +6,4 @@ own ``conftest.py`` still overrides any of them for its folder (the workflow tie
 tier's ``cluster_store``).
 """
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["tests.fixtures", "tests.scheduling"]
