@@ -62,6 +62,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (scripts/test's) made heavy-first; any other ``--dist`` is xdist's own."""
+    if config.getvalue("dist") != "loadfile":
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class HeavyFirst(LoadScopeScheduling):  # type: ignore[misc]
