@@ -10,11 +10,11 @@ service would reject; rejected findings are returned with the reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import fastavro
 
@@ -42,12 +42,14 @@ __all__ = [
     "OFFLOAD_DRIVER",
     "Decided",
     "Rejected",
+    "RequestsFile",
     "already_decided",
     "build_requests",
+    "Written",
     "head_owners",
+    "read_requests",
     "request_for_finding",
-    "write_avro",
-    "write_jsonl",
+    "write_requests",
 ]
 
 OFFLOAD_DRIVER = "aws-s3"
@@ -151,19 +153,76 @@ def already_decided(
     return [d for r in requests if (d := decided.get((r.ledger_type.value, r.ledger_id))) is not None]
 
 
-def write_jsonl(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("w", encoding="utf-8") as out:
-        for request in requests:
-            out.write(json.dumps(request_to_wire(request), separators=(",", ":")) + "\n")
-    tmp.replace(path)
+@dataclass
+class Written:
+    """What :func:`write_requests` wrote: the number of requests, the findings it left out and why, and the
+    requests the audit log shows decided before."""
+
+    requests: int = 0
+    rejected: list[Rejected] = field(default_factory=list)
+    decided: list[Decided] = field(default_factory=list)
 
 
-def write_avro(path: Path, requests: Sequence[PendingDeleteLedgerInfo]) -> None:
-    tmp = path.with_suffix(".avro.tmp")
-    with tmp.open("wb") as out:
-        fastavro.writer(out, parsed_schema(), (request_to_wire(r) for r in requests), codec="deflate")
-    tmp.replace(path)
+def write_requests(
+    rows: Iterable[Mapping[str, Any]],
+    jsonl: Path,
+    avro: Path,
+    decided: Mapping[tuple[str, int], Decided],
+) -> Written:
+    """Both candidate files in one pass over ``rows`` (candidate findings, in the order the files should
+    have): each row becomes its request and is written at once, so memory stays that of one row however
+    many candidates there are (the rows come from Spark's ``toLocalIterator``, a partition at a time). Only
+    the rejected findings and the decided candidates are kept, both few."""
+    written = Written()
+    jsonl_tmp, avro_tmp = jsonl.with_suffix(".jsonl.tmp"), avro.with_suffix(".avro.tmp")
+    with jsonl_tmp.open("w", encoding="utf-8") as text, avro_tmp.open("wb") as binary:
+        container = fastavro.write.Writer(binary, parsed_schema(), codec="deflate")
+        for row in rows:
+            try:
+                request = request_for_finding(row)
+            except (InvalidRequestError, ValueError, TypeError, KeyError) as exc:
+                written.rejected.append(Rejected(row, str(exc)))
+                continue
+            wire = request_to_wire(request)
+            text.write(json.dumps(wire, separators=(",", ":")) + "\n")
+            container.write(wire)
+            written.requests += 1
+            if (seen := decided.get((request.ledger_type.value, request.ledger_id))) is not None:
+                written.decided.append(seen)
+        container.flush()
+    jsonl_tmp.replace(jsonl)
+    avro_tmp.replace(avro)
+    return written
+
+
+class RequestsFile(Sequence[PendingDeleteLedgerInfo]):
+    """The requests of a ``candidates.jsonl`` as a sequence that reads the file each time it is iterated:
+    what the job hands its ``publish`` (a sequence, with its length) without holding every request."""
+
+    def __init__(self, path: Path, count: int) -> None:
+        self._path, self._count = path, count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[PendingDeleteLedgerInfo]:
+        return read_requests(self._path)
+
+    @overload
+    def __getitem__(self, index: int) -> PendingDeleteLedgerInfo: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[PendingDeleteLedgerInfo]: ...
+    def __getitem__(self, index: int | slice) -> PendingDeleteLedgerInfo | list[PendingDeleteLedgerInfo]:
+        return list(self)[index]  # reads the whole file: for the odd caller that indexes
+
+
+def read_requests(path: Path) -> Iterator[PendingDeleteLedgerInfo]:
+    """The requests of a ``candidates.jsonl`` this module wrote, one at a time (each line was validated
+    when it was written)."""
+    with path.open(encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                yield request_from_wire(json.loads(line))
 
 
 def head_owners(

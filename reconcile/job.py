@@ -51,11 +51,11 @@ from ledger_deletion.tripwire import WINDOW as TRIPWIRE_WINDOW
 from reconcile.candidates import (
     Decided,
     Rejected,
-    already_decided,
-    build_requests,
+    RequestsFile,
+    Written,
     head_owners,
-    write_avro,
-    write_jsonl,
+    read_requests,
+    write_requests,
 )
 from reconcile.extract import (
     BK_LEDGER_IDS,
@@ -77,6 +77,7 @@ CANDIDATES_AVRO = "candidates.avro"
 FINDINGS_PARQUET = "findings.parquet"
 REPORT_PNG = "report.png"
 SUMMARY_JSON = "summary.json"
+OFFLOAD_OWNERS_PARQUET = "offload_owners.parquet"  # what the HEADs of the offload candidates' objects said
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # Legacy-tagged ledgers listed by id, and offloads the service cannot prove the owner of listed by key, in
@@ -163,7 +164,7 @@ class JobResult:
     out: Path
     cutoff_ms: int
     extract: ExtractResult
-    requests: list[Any] = field(default_factory=list)  # PendingDeleteLedgerInfo
+    candidates: int = 0  # requests written to candidates.jsonl (and .avro)
     rejected: list[Rejected] = field(default_factory=list)
     summary: list[ReportRow] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
@@ -181,6 +182,12 @@ class JobResult:
     shared_bookkeeper_evidence: list[dict[str, Any]] = field(default_factory=list)
     decided: list[Decided] = field(default_factory=list)  # candidates the audit log shows decided before
     tripped: bool = False  # the tripwire was tripped (``none``, evidence, and a submitting run)
+
+    @property
+    def requests(self) -> list[Any]:
+        """Every request written (PendingDeleteLedgerInfo), read back from ``candidates.jsonl``: the job
+        itself never holds them all; this is for callers that want them in memory (tests, small runs)."""
+        return list(read_requests(self.out / CANDIDATES_JSONL))
 
 
 def spark_session(
@@ -220,6 +227,36 @@ def _stage(timings: dict[str, float], name: str) -> Iterator[None]:
         timings[name] = time.monotonic() - started
 
 
+Group = tuple[str, str, int | None, list[str]]  # an offload candidate's bucket, uuid, ledger id, keys
+OwnersRow = tuple[str, str, int | None, str | None, bool, bool]  # transform.OFFLOAD_OWNERS_SCHEMA
+# Offload candidates HEADed per batch (candidates.head_owners); their owners rows are written to Parquet
+# batch by batch, so the driver holds one batch whatever the number of candidates.
+HEAD_BATCH = 5000
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The extract's tables as Spark reads them (schemas of ``reconcile.transform``)."""
+
+    bk: Any
+    refs: Any
+    ctxs: Any
+    objs: Any
+    namespaces: Any
+
+
+@dataclass(frozen=True)
+class Aggregates:
+    """What the job collects from the findings to the driver: small by construction (rows per namespace
+    and component, per reason, and lists capped at their ``*_LISTED``)."""
+
+    summary: list[ReportRow]
+    report_only: dict[str, tuple[int, int]]
+    candidate_reasons: dict[str, tuple[int, int]]
+    legacy_tagged: list[dict[str, Any]]
+    unproven_offloads: list[dict[str, Any]]
+
+
 def run(
     config: JobConfig,
     *,
@@ -229,37 +266,83 @@ def run(
     s3_client: Any = None,
     extracted: ExtractResult | None = None,
     tripwire: Tripwire | None = None,
+    head: Callable[[Sequence[Group]], Sequence[OwnersRow]] | None = None,
 ) -> JobResult:
-    """The whole job. ``publish`` (e.g. ``ledger_deletion.submit.publish_requests`` bound to settings) is
-    called with the requests only when given: without it this is a dry run that only writes files.
-    ``extracted``: an extract of ``config.extract`` made just before, reconciled instead of making one (the
-    benchmark measures the two apart). ``tripwire``: the service's shared-BookKeeper tripwire, read and
-    tripped only when ``none`` is declared and the run submits (``publish``)."""
-    from pyspark.sql import functions as F
-
-    from reconcile import transform as T
-
+    """The whole job, stage by stage. ``publish`` (e.g. ``ledger_deletion.submit.publish_requests`` bound to
+    settings) is called with the requests (a sequence reading ``candidates.jsonl``, never all in memory)
+    only when given: without it this is a dry run that only writes files. ``extracted``: an extract of
+    ``config.extract`` made just before, reconciled instead of making one (the benchmark measures the two
+    apart). ``tripwire``: the service's shared-BookKeeper tripwire, read and tripped only when ``none`` is
+    declared and the run submits (``publish``). ``head``: how the offload candidates' objects are HEADed
+    (default :func:`reconcile.candidates.head_owners` on ``s3_client``, or a client from the settings)."""
     console = console or Console(stderr=True)
-    out = config.out
-    out.mkdir(parents=True, exist_ok=True)
+    config.out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     now_ms = config.now_ms if config.now_ms is not None else int(time.time() * 1000)
     cutoff_ms = now_ms - int(config.min_age_seconds * 1000)
-
-    # 1. extract --------------------------------------------------------------------------------------
     if extracted is None:
-        with _progress(console) as progress, _stage(timings, "extract"):
-            tasks: dict[str, Any] = {}
-
-            def on_progress(stage: str, done: int, total: int) -> None:
-                if stage not in tasks:
-                    tasks[stage] = progress.add_task(f"extract {stage}", total=total)
-                progress.update(tasks[stage], completed=done, total=total)
-
-            extracted = extract_all(
-                config.extract, out / "extract", resume=config.resume, progress=on_progress
-            )
+        extracted = _extract(config, console, timings)
     timings.update({f"extract_{k}": v for k, v in extracted.seconds.items()})
+    _print_extracted(console, extracted)
+    if head is None:
+
+        def head(groups: Sequence[Group]) -> Sequence[OwnersRow]:
+            # The client is made only when there is something to HEAD (as before: no S3 needed otherwise).
+            return head_owners(s3_client or _s3(config.extract), groups)
+
+    spark = spark or spark_session(config.master, config.shuffle_partitions)
+    with _progress(console) as progress, _stage(timings, "reconcile"):
+        task = progress.add_task("reconcile (spark)", total=4)
+        tables = read_tables(spark, extracted)
+        raw = raw_findings(tables, cutoff_ms)
+        progress.update(task, advance=1)
+        with _stage(timings, "reconcile_head_objects"):  # S3 round trips, apart from Spark's work
+            owners = offload_owners(spark, raw, head, config.out / OFFLOAD_OWNERS_PARQUET)
+        progress.update(task, advance=1)
+        findings, evidence = judged_findings(
+            config, tables, raw, owners, now_ms, watching=publish is not None, tripwire=tripwire
+        )
+        progress.update(task, advance=1)
+        aggregates = aggregate(findings)
+        progress.update(task, advance=1)
+    with _stage(timings, "outputs"):
+        written = write_candidates(findings, config.out, config.decided)
+        render_chart(aggregates.summary, config.out / REPORT_PNG)
+        write_summary(config, cutoff_ms, extracted, aggregates, written, evidence, timings)
+    _print_report(console, config, aggregates, written, evidence)
+    result = JobResult(
+        config.out,
+        cutoff_ms,
+        extracted,
+        written.requests,
+        written.rejected,
+        aggregates.summary,
+        timings,
+        report_only=aggregates.report_only,
+        legacy_tagged=aggregates.legacy_tagged,
+        unproven_offloads=aggregates.unproven_offloads,
+        candidate_reasons=aggregates.candidate_reasons,
+        shared_bookkeeper_evidence=evidence,
+        decided=written.decided,
+    )
+    _submit(config, result, console, publish, tripwire, timings)
+    return result
+
+
+def _extract(config: JobConfig, console: Console, timings: dict[str, float]) -> ExtractResult:
+    """Stage 1: the snapshot of ZooKeeper and the buckets, as Parquet under ``out/extract``."""
+    with _progress(console) as progress, _stage(timings, "extract"):
+        tasks: dict[str, Any] = {}
+
+        def on_progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = progress.add_task(f"extract {stage}", total=total)
+            progress.update(tasks[stage], completed=done, total=total)
+
+        return extract_all(config.extract, config.out / "extract", resume=config.resume, progress=on_progress)
+
+
+def _print_extracted(console: Console, extracted: ExtractResult) -> None:
     console.print(
         "extracted: "
         + ", ".join(
@@ -269,137 +352,244 @@ def run(
         + f"; {sum(extracted.zk_requests.values())} ZooKeeper requests"
     )
 
-    # 2. reconcile ------------------------------------------------------------------------------------
-    spark = spark or spark_session(config.master, config.shuffle_partitions)
-    with _progress(console) as progress, _stage(timings, "reconcile"):
-        task = progress.add_task("reconcile (spark)", total=4)
-        bk = spark.read.schema(T.BK_LEDGERS_SCHEMA).parquet(extracted.path(BK_LEDGERS))
-        refs = spark.read.schema(T.REFERENCES_SCHEMA).parquet(extracted.path(REFERENCES))
-        ctxs = spark.read.schema(T.OFFLOAD_CONTEXTS_SCHEMA).parquet(extracted.path(OFFLOAD_CONTEXTS))
-        objs = spark.read.schema(T.OFFLOAD_OBJECTS_SCHEMA).parquet(extracted.path(OFFLOAD_OBJECTS))
-        namespaces = spark.read.schema(T.NAMESPACES_SCHEMA).parquet(extracted.path(NAMESPACES))
-        raw = T.bk_findings(bk, refs, ctxs, cutoff_ms=cutoff_ms).unionByName(
-            T.offload_findings(objs, refs, ctxs, cutoff_ms=cutoff_ms)
-        )
-        raw = raw.localCheckpoint(eager=True)
-        progress.update(task, advance=1)
-        # Owners of offload candidates: HEAD their objects (the listing has no user metadata).
-        groups = [
-            (r["bucket"], r["uuid"], r["ledger_id"], list(r["keys"]))
-            for r in raw.where((F.col("storage") == "offload") & (F.col("status") == "candidate"))
-            .select("bucket", "uuid", "ledger_id", "keys")
-            .collect()
+
+def read_tables(spark: Any, extracted: ExtractResult) -> Tables:
+    """The extract's Parquet, read with the transform's schemas."""
+    from reconcile import transform as T
+
+    def read(schema: Any, table: str) -> Any:
+        return spark.read.schema(schema).parquet(extracted.path(table))
+
+    return Tables(
+        bk=read(T.BK_LEDGERS_SCHEMA, BK_LEDGERS),
+        refs=read(T.REFERENCES_SCHEMA, REFERENCES),
+        ctxs=read(T.OFFLOAD_CONTEXTS_SCHEMA, OFFLOAD_CONTEXTS),
+        objs=read(T.OFFLOAD_OBJECTS_SCHEMA, OFFLOAD_OBJECTS),
+        namespaces=read(T.NAMESPACES_SCHEMA, NAMESPACES),
+    )
+
+
+def raw_findings(tables: Tables, cutoff_ms: int) -> Any:
+    """Stage 2a: the BK and offload findings before their owners are known (the anti-joins), computed once
+    (a local checkpoint): the HEADs and every later step read them."""
+    from reconcile import transform as T
+
+    raw = T.bk_findings(tables.bk, tables.refs, tables.ctxs, cutoff_ms=cutoff_ms).unionByName(
+        T.offload_findings(tables.objs, tables.refs, tables.ctxs, cutoff_ms=cutoff_ms)
+    )
+    return raw.localCheckpoint(eager=True)
+
+
+def offload_owners(
+    spark: Any, raw: Any, head: Callable[[Sequence[Group]], Sequence[OwnersRow]], path: Path
+) -> Any:
+    """Stage 2b: the owners of the offload candidates, from their objects' user metadata (the listing has
+    none): their groups streamed from Spark (``toLocalIterator``, a partition at a time) and HEADed in
+    batches of :data:`HEAD_BATCH`, each batch's rows appended to ``path`` (Parquet), which Spark reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import functions as F
+
+    from reconcile import transform as T
+
+    schema = pa.schema(
+        [
+            pa.field("bucket", pa.string(), nullable=False),
+            pa.field("uuid", pa.string(), nullable=False),
+            pa.field("ledger_id", pa.int64()),
+            pa.field("managed_ledger", pa.string()),
+            pa.field("untagged", pa.bool_()),
+            pa.field("conflicting", pa.bool_()),
         ]
-        with _stage(timings, "reconcile_head_objects"):  # S3 round trips, apart from Spark's work
-            owners_rows = head_owners(s3_client or _s3(config.extract), groups) if groups else []
-        owners = spark.createDataFrame(owners_rows, T.OFFLOAD_OWNERS_SCHEMA)
-        progress.update(task, advance=1)
-        owned = T.attach_offload_owners(raw, owners, bk, refs)
-        # Before the tenant filter: another writer in any tenant means the BookKeeper is shared.
-        recent_from_ms = now_ms - int(config.tripwire_window_seconds * 1000)
-        evidence = [
-            r.asDict()
-            for r in T.shared_bookkeeper_evidence(owned, namespaces, recent_from_ms=recent_from_ms).collect()
-        ]
-        # Tripped earlier (by the watcher, the workflow pool, a previous run), it holds until an operator
-        # clears it: no ledger of an unknown namespace is requested meanwhile. Read once, here: should it
-        # trip while this run goes on, the workflow's own check of it (SKIPPED_UNKNOWN_NAMESPACE) still holds.
-        watched = config.bookkeeper_alone is True and publish is not None and tripwire is not None
-        already_tripped = watched and tripwire is not None and tripwire.tripped()
-        if config.bookkeeper_alone is not True:
-            unknown_reason: str | None = T.NAMESPACE_UNKNOWN_REASON
-        else:
-            unknown_reason = T.SHARED_BOOKKEEPER_REASON if evidence or already_tripped else None
-        owned = T.unknown_namespaces(owned, namespaces, unknown_reason)
-        findings = T.filter_tenant(owned, config.tenant)
-        findings.write.mode("overwrite").parquet(str(out / FINDINGS_PARQUET))
-        findings = spark.read.parquet(str(out / FINDINGS_PARQUET))
-        progress.update(task, advance=1)
-        candidate_rows = [r.asDict() for r in findings.where(F.col("status") == T.CANDIDATE).collect()]
-        summary = rows_from_summary(r.asDict() for r in T.summarize(findings).collect())
-        report_only = {
-            str(r["reason"]): (int(r["count"]), int(r["bytes"] or 0))
-            for r in findings.where(F.col("status") == T.REPORT_ONLY)
-            .groupBy("reason")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
-            .collect()
-        }
-        candidate_reasons = {
-            str(r["reason"]): (int(r["count"]), int(r["bytes"] or 0))
-            for r in findings.where((F.col("status") == T.CANDIDATE) & F.col("reason").isNotNull())
-            .groupBy("reason")
-            .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
-            .collect()
-        }
-        legacy_tagged = [
+    )  # transform.OFFLOAD_OWNERS_SCHEMA, as Parquet
+    groups = (
+        raw.where((F.col("storage") == "offload") & (F.col("status") == T.CANDIDATE))
+        .select("bucket", "uuid", "ledger_id", "keys")
+        .toLocalIterator()
+    )
+    batch: list[Group] = []
+    with pq.ParquetWriter(str(path), schema) as writer:
+
+        def flush() -> None:
+            rows = head(batch)
+            writer.write_table(
+                pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema)
+            )
+            batch.clear()
+
+        for r in groups:
+            batch.append((r["bucket"], r["uuid"], r["ledger_id"], list(r["keys"])))
+            if len(batch) >= HEAD_BATCH:
+                flush()
+        if batch:
+            flush()
+    return spark.read.schema(T.OFFLOAD_OWNERS_SCHEMA).parquet(str(path))
+
+
+def judged_findings(
+    config: JobConfig,
+    tables: Tables,
+    raw: Any,
+    owners: Any,
+    now_ms: int,
+    *,
+    watching: bool,
+    tripwire: Tripwire | None,
+) -> tuple[Any, list[dict[str, Any]]]:
+    """Stage 2c: owners attached, the namespaces no store knows judged, the tenant filter; the findings are
+    written to ``findings.parquet`` and read back from it. Returns them and the evidence of another writer
+    on a shared BookKeeper (``watching``: the run submits)."""
+    from reconcile import transform as T
+
+    owned = T.attach_offload_owners(raw, owners, tables.bk, tables.refs)
+    # Before the tenant filter: another writer in any tenant means the BookKeeper is shared.
+    recent_from_ms = now_ms - int(config.tripwire_window_seconds * 1000)
+    evidence = [
+        r.asDict()
+        for r in T.shared_bookkeeper_evidence(
+            owned, tables.namespaces, recent_from_ms=recent_from_ms
+        ).collect()
+    ]
+    # Tripped earlier (by the watcher, the workflow pool, a previous run), it holds until an operator
+    # clears it: no ledger of an unknown namespace is requested meanwhile. Read once, here: should it
+    # trip while this run goes on, the workflow's own check of it (SKIPPED_UNKNOWN_NAMESPACE) still holds.
+    watched = config.bookkeeper_alone is True and watching and tripwire is not None
+    already_tripped = watched and tripwire is not None and tripwire.tripped()
+    if config.bookkeeper_alone is not True:
+        unknown_reason: str | None = T.NAMESPACE_UNKNOWN_REASON
+    else:
+        unknown_reason = T.SHARED_BOOKKEEPER_REASON if evidence or already_tripped else None
+    owned = T.unknown_namespaces(owned, tables.namespaces, unknown_reason)
+    findings = T.filter_tenant(owned, config.tenant)
+    findings.write.mode("overwrite").parquet(str(config.out / FINDINGS_PARQUET))
+    return owned.sparkSession.read.parquet(str(config.out / FINDINGS_PARQUET)), evidence
+
+
+def _by_reason(findings: Any) -> dict[str, tuple[int, int]]:
+    from pyspark.sql import functions as F
+
+    return {
+        str(r["reason"]): (int(r["count"]), int(r["bytes"] or 0))
+        for r in findings.groupBy("reason")
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("bytes").alias("bytes"))
+        .collect()
+    }
+
+
+def aggregate(findings: Any) -> Aggregates:
+    """Stage 2d: the small aggregates the report, the summary and the console need."""
+    from pyspark.sql import functions as F
+
+    from reconcile import transform as T
+
+    unproven = F.col("reason").isin(T.OBJECTS_UNTAGGED_REASON, T.OBJECTS_CONFLICT_REASON)
+    return Aggregates(
+        summary=rows_from_summary(r.asDict() for r in T.summarize(findings).collect()),
+        report_only=_by_reason(findings.where(F.col("status") == T.REPORT_ONLY)),
+        candidate_reasons=_by_reason(
+            findings.where((F.col("status") == T.CANDIDATE) & F.col("reason").isNotNull())
+        ),
+        legacy_tagged=[
             r.asDict()
             for r in findings.where(F.col("reason") == T.LEGACY_TAGS_REASON)
             .select("ledger_id", "component", "topic_name", "cursor_name", "bytes")
             .orderBy("ledger_id")
             .limit(LEGACY_LISTED)
             .collect()
-        ]
-        unproven = F.col("reason").isin(T.OBJECTS_UNTAGGED_REASON, T.OBJECTS_CONFLICT_REASON)
-        unproven_offloads = [
+        ],
+        unproven_offloads=[
             r.asDict()
             for r in findings.where(unproven)
             .select("reason", "bucket", "keys", "ledger_id", "topic_name", "bytes")
             .orderBy("bucket", "uuid", "ledger_id")
             .limit(UNPROVEN_LISTED)
             .collect()
-        ]
-        progress.update(task, advance=1)
+        ],
+    )
 
-    # 3. outputs --------------------------------------------------------------------------------------
-    with _stage(timings, "outputs"):
-        requests, rejected = build_requests(candidate_rows)
-        decided = already_decided(requests, config.decided)
-        write_jsonl(out / CANDIDATES_JSONL, requests)
-        write_avro(out / CANDIDATES_AVRO, requests)
-        render_chart(summary, out / REPORT_PNG)
-        (out / SUMMARY_JSON).write_text(
-            json.dumps(
-                {
-                    "cutoff_ms": cutoff_ms,
-                    "tenant": config.tenant,
-                    "extracted_rows": extracted.rows,
-                    "zookeeper_requests": extracted.zk_requests,
-                    "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(summary).items()},
-                    "requests": len(requests),
-                    "already_decided": {
-                        "by_outcome": dict(sorted(Counter(d.outcome for d in decided).items())),
-                        "candidates": [d.as_json() for d in decided[:DECIDED_LISTED]],
-                    },
-                    "candidate_reasons": {
-                        reason: {"count": c, "bytes": b}
-                        for reason, (c, b) in sorted(candidate_reasons.items())
-                    },
-                    "report_only": {
-                        reason: {"count": c, "bytes": b, "why": REPORT_ONLY_WHY.get(reason, reason)}
-                        for reason, (c, b) in sorted(report_only.items())
-                    },
-                    "legacy_tagged": legacy_tagged,
-                    "unproven_offloads": unproven_offloads,
-                    "shared_bookkeeper": {
-                        "alone": config.bookkeeper_alone,
-                        "other_stores": list(config.extract.other_pulsar_metadata_stores),
-                        "tripwire_window_seconds": config.tripwire_window_seconds,
-                        "evidence": evidence,
-                    },
-                    "rejected": [
-                        {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in rejected
-                    ],
-                    "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
+
+def write_candidates(findings: Any, out: Path, decided: Mapping[tuple[str, int], Decided]) -> Written:
+    """Stage 3a: ``candidates.jsonl`` and ``candidates.avro``, ordered by request type and ledger id, the
+    candidates streamed from Spark a partition at a time (never collected whole)."""
+    from pyspark.sql import functions as F
+
+    from reconcile import transform as T
+
+    rows = (
+        findings.where(F.col("status") == T.CANDIDATE)
+        .orderBy("ledger_type", "ledger_id", "bucket", "uuid")
+        .toLocalIterator()
+    )
+    return write_requests((r.asDict() for r in rows), out / CANDIDATES_JSONL, out / CANDIDATES_AVRO, decided)
+
+
+def write_summary(
+    config: JobConfig,
+    cutoff_ms: int,
+    extracted: ExtractResult,
+    aggregates: Aggregates,
+    written: Written,
+    evidence: list[dict[str, Any]],
+    timings: dict[str, float],
+) -> None:
+    """Stage 3b: ``summary.json``."""
+    decided = written.decided
+    (config.out / SUMMARY_JSON).write_text(
+        json.dumps(
+            {
+                "cutoff_ms": cutoff_ms,
+                "tenant": config.tenant,
+                "extracted_rows": extracted.rows,
+                "zookeeper_requests": extracted.zk_requests,
+                "totals": {k: {"count": c, "bytes": b} for k, (c, b) in totals(aggregates.summary).items()},
+                "requests": written.requests,
+                "already_decided": {
+                    "by_outcome": dict(sorted(Counter(d.outcome for d in decided).items())),
+                    "candidates": [d.as_json() for d in decided[:DECIDED_LISTED]],
                 },
-                indent=2,
-            )
+                "candidate_reasons": {
+                    reason: {"count": c, "bytes": b}
+                    for reason, (c, b) in sorted(aggregates.candidate_reasons.items())
+                },
+                "report_only": {
+                    reason: {"count": c, "bytes": b, "why": REPORT_ONLY_WHY.get(reason, reason)}
+                    for reason, (c, b) in sorted(aggregates.report_only.items())
+                },
+                "legacy_tagged": aggregates.legacy_tagged,
+                "unproven_offloads": aggregates.unproven_offloads,
+                "shared_bookkeeper": {
+                    "alone": config.bookkeeper_alone,
+                    "other_stores": list(config.extract.other_pulsar_metadata_stores),
+                    "tripwire_window_seconds": config.tripwire_window_seconds,
+                    "evidence": evidence,
+                },
+                "rejected": [
+                    {"ledger_id": r.finding.get("ledger_id"), "reason": r.reason} for r in written.rejected
+                ],
+                "timings_seconds": {k: round(v, 3) for k, v in timings.items()},
+            },
+            indent=2,
         )
-    console.print(render_table(summary))
-    for item in rejected[:20]:
+    )
+
+
+def _print_report(
+    console: Console,
+    config: JobConfig,
+    aggregates: Aggregates,
+    written: Written,
+    evidence: list[dict[str, Any]],
+) -> None:
+    from reconcile import transform as T
+
+    report_only, legacy_tagged = aggregates.report_only, aggregates.legacy_tagged
+    unproven_offloads, decided = aggregates.unproven_offloads, written.decided
+    console.print(render_table(aggregates.summary))
+    for item in written.rejected[:20]:
         console.print(
             f"[yellow]not a valid request, left out:[/yellow] {item.finding.get('ledger_id')}: {item.reason}"
         )
-    for reason, (count, size) in sorted(candidate_reasons.items()):
+    for reason, (count, size) in sorted(aggregates.candidate_reasons.items()):
         console.print(f"candidates ({reason}): {count} orphans, {human_bytes(size)}")
     for reason, (count, size) in sorted(report_only.items()):
         console.print(
@@ -435,40 +625,34 @@ def run(
             f"{config.tripwire_window_seconds:.0f} s (newest {row['newest_ledger_id']}): another Pulsar "
             "cluster writes to this BookKeeper"
         )
-    result = JobResult(
-        out,
-        cutoff_ms,
-        extracted,
-        requests,
-        rejected,
-        summary,
-        timings,
-        report_only=report_only,
-        legacy_tagged=legacy_tagged,
-        unproven_offloads=unproven_offloads,
-        candidate_reasons=candidate_reasons,
-        shared_bookkeeper_evidence=evidence,
-        decided=decided,
-    )
 
-    # 4. submit ---------------------------------------------------------------------------------------
-    if publish is not None and config.bookkeeper_alone is True and evidence:
+
+def _submit(
+    config: JobConfig,
+    result: JobResult,
+    console: Console,
+    publish: Callable[[Sequence[Any]], int] | None,
+    tripwire: Tripwire | None,
+    timings: dict[str, float],
+) -> None:
+    """Stage 4: trip the tripwire on evidence, publish the requests of ``candidates.jsonl``."""
+    if publish is not None and config.bookkeeper_alone is True and result.shared_bookkeeper_evidence:
         # ``none`` asserted this cluster alone writes here, and the ledgers say otherwise: trip the service's
         # tripwire (durably, before anything is published), which stops its own unknown-namespace deletes;
         # the requests above already hold none of them.
         if tripwire is not None:
-            tripwire.trip(evidence)
+            tripwire.trip(result.shared_bookkeeper_evidence)
         result.tripped = True
-    if publish is not None and requests:
+    jsonl = config.out / CANDIDATES_JSONL
+    if publish is not None and result.candidates:
         with _stage(timings, "submit"):
-            result.published = publish(requests)
+            result.published = publish(RequestsFile(jsonl, result.candidates))
         console.print(f"published {result.published} requests to the deletion topic")
     else:
         console.print(
-            f"dry run: {len(requests)} requests written to {out / CANDIDATES_JSONL}; "
+            f"dry run: {result.candidates} requests written to {jsonl}; "
             "nothing published (use --submit, or `ledger-deletion submit --jsonl` later)"
         )
-    return result
 
 
 def _progress(console: Console) -> Progress:

@@ -89,6 +89,7 @@ __all__ = [
     "unknown_namespaces",
     "summarize",
     "unreadable_owners",
+    "unreferenced_bk",
     "newest_listed",
 ]
 
@@ -433,11 +434,18 @@ def newest_listed(references: DataFrame, owners: DataFrame) -> DataFrame:
     )
 
 
+def unreferenced_bk(bk: DataFrame, references: DataFrame, contexts: DataFrame) -> DataFrame:
+    """The BK ledgers no reference keeps: the main anti-join (docs/reconcile.md), an equi-join on
+    ``ledger_id`` that Spark runs as a hash or sort-merge join (``reconcile.plans`` and its test check it),
+    against the references of these ledgers' ids only (:func:`_of_ids`)."""
+    refs, ctxs = _of_ids(references, bk), _of_ids(contexts, bk)
+    return bk.join(bk_referenced_ids(refs, ctxs), "ledger_id", "left_anti")
+
+
 def bk_findings(bk: DataFrame, references: DataFrame, contexts: DataFrame, *, cutoff_ms: int) -> DataFrame:
     """Unreferenced BK ledgers with status and reason (see the module docstring for the rules)."""
-    refs, ctxs = _of_ids(references, bk), _of_ids(contexts, bk)
-    unref = bk.join(bk_referenced_ids(refs, ctxs), "ledger_id", "left_anti")
-    df = classify_bk_ledgers(unref)
+    refs = _of_ids(references, bk)
+    df = classify_bk_ledgers(unreferenced_bk(bk, references, contexts))
     # The managed ledger(s) listing it as offloaded with its BK copy deleted (none for ordinary orphans).
     released = (
         _offloaded_bk_deleted(refs).groupBy("ledger_id").agg(F.collect_set("owner").alias("_released_by"))
