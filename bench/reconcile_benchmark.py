@@ -23,6 +23,21 @@ moto S3 of its own, on spare ports, with their data under ``--state-dir``; gener
 there too (``--regenerate`` rebuilds them). Results (a JSON file, the table, each run's job output) go to
 ``--out``, by default ``$XDG_STATE_HOME/ledger-deletion/bench/reconcile-<utc time>/``, outside the
 repository; the benchmark prints where.
+
+``--spark-only`` measures the reconcile alone (the Spark part and its outputs) on extract tables written
+directly as Parquet (``devstack.extract_tables``), for sizes the ZooKeeper generator cannot reach in
+minutes::
+
+    python bench/reconcile_benchmark.py --spark-only --sizes 1000000,3000000,10000000
+
+One fresh process per size (so its peak memory is that size's alone) starts Spark ``local[2]``, runs the job
+once unmeasured on a small cluster (class loading, JIT), then ``reconcile.job.run`` on the size's tables, the
+HEADs of the offload candidates answered by the generator (``extract_tables.head_owners``). Per size: wall
+seconds, CPU seconds of the driver's Python and of the JVM (in ``local`` mode the executors run in it), the
+peak resident memory of each (``VmHWM``), CPU and wall per ledger as ratios to the first size, whether the
+candidates are exactly the generator's, the S3 requests the job would send (HEADs, listing pages) with the
+time AWS S3 would take for the HEADs (requests x ``--s3-latency-ms`` / 16 threads), and the join operator of
+the main anti-join's executed plan (``transform.unreferenced_bk``). The tables go under ``--state-dir``.
 """
 
 from __future__ import annotations
@@ -456,6 +471,212 @@ def render(rows: list[dict[str, Any]], spark_start_s: float) -> str:
     return console.export_text()
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Spark only: generated extract tables, 1M to 10M ledgers
+# ---------------------------------------------------------------------------------------------------------
+
+SPARK_ONLY_WARMUP_LEDGERS = 8192
+NOW_MS = 1_800_000_000_000
+MIN_AGE_S = 3600
+LIST_PAGE = 1000  # keys per ListObjectsV2 response
+HEAD_THREADS = 16  # reconcile.candidates.head_owners
+
+
+def _status_kib(pid: int | str, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu_s(pid: int | str) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _candidate_ids(jsonl: Path) -> dict[str, list[int]]:
+    """Ledger ids of the requests in ``candidates.jsonl``, by the generator's kinds, read line by line."""
+    out: dict[str, list[int]] = {"data": [], "cursor": [], "offload": []}
+    with jsonl.open(encoding="utf-8") as lines:
+        for line in lines:
+            wire = json.loads(line)
+            if wire["ledgerType"] == "OFFLOAD_LEDGER":
+                out["offload"].append(int(wire["ledgerId"]))
+            elif wire["ledgerComponent"] == "MANAGED_CURSOR":
+                out["cursor"].append(int(wire["ledgerId"]))
+            else:
+                out["data"].append(int(wire["ledgerId"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def spark_only_one(size: int, tables: Path, out: Path, shuffle_partitions: int) -> dict[str, Any]:
+    """One size, in this (fresh) process: warm up, measure, check, read the plan."""
+    from pyspark.sql import functions as F
+    from rich.console import Console
+
+    from devstack import extract_tables
+    from reconcile import transform as T
+    from reconcile.extract import ExtractConfig, ExtractResult
+    from reconcile.job import CANDIDATES_JSONL, FINDINGS_PARQUET, JobConfig, read_tables, run, spark_session
+    from reconcile.plans import executed_plan, forbidden_operators, join_operators
+
+    started = time.monotonic()
+    spark = spark_session("local[2]", shuffle_partitions=shuffle_partitions)
+    spark.range(1).count()
+    spark_start_s = time.monotonic() - started
+    jvm = spark.sparkContext._gateway.proc.pid
+    quiet = Console(file=open(os.devnull, "w"), width=120)  # noqa: SIM115 - process lifetime
+
+    def job(directory: Path, rows: dict[str, int], job_out: Path) -> Any:
+        config = JobConfig(
+            extract=ExtractConfig(zookeeper="unused:2181"),
+            out=job_out,
+            min_age_seconds=MIN_AGE_S,
+            now_ms=NOW_MS,
+            shuffle_partitions=shuffle_partitions,
+        )
+        extracted = ExtractResult(directory, rows=rows)
+        return run(config, spark=spark, console=quiet, extracted=extracted, head=extract_tables.head_owners)
+
+    warm = extract_tables.write_extract_tables(
+        out / "warmup-tables", SPARK_ONLY_WARMUP_LEDGERS, now_ms=NOW_MS
+    )
+    job(warm.directory, warm.rows, out / "warmup")
+    rows = json.loads((tables / "rows.json").read_text())
+    cpu, jvm_cpu = _cpu_s("self"), _cpu_s(jvm)
+    started = time.monotonic()
+    result = job(tables, rows, out / "job")
+    wall_s = time.monotonic() - started
+    python_cpu_s, jvm_cpu_s = _cpu_s("self") - cpu, _cpu_s(jvm) - jvm_cpu
+    python_peak, jvm_peak = _status_kib("self", "VmHWM"), _status_kib(jvm, "VmHWM")
+    # Checked after the peaks are read: reading the files back is the benchmark's, not the job's.
+    got = _candidate_ids(out / "job" / CANDIDATES_JSONL)
+    truth = {k: v.tolist() for k, v in extract_tables.truth(size).items()}
+    findings = spark.read.parquet(str(out / "job" / FINDINGS_PARQUET))
+    offload_candidates = findings.where((F.col("storage") == "offload") & (F.col("status") == T.CANDIDATE))
+    heads = offload_candidates.select(F.sum(F.size("keys"))).first()[0] or 0
+    tables_read = read_tables(spark, ExtractResult(tables, rows=rows))
+    plan = executed_plan(T.unreferenced_bk(tables_read.bk, tables_read.refs, tables_read.ctxs))
+    anti = sorted({op for op, kind in join_operators(plan) if kind == "LeftAnti"})
+    planned = sorted({op for op, kind in join_operators(plan, final=False) if kind == "LeftAnti"})
+    ledgers = rows["bk_ledger_ids"]
+    return {
+        "size": size,
+        "bk_ledgers": ledgers,
+        "rows": rows,
+        "candidates": result.candidates,
+        "exact": got == truth,
+        "wall_s": wall_s,
+        "python_cpu_s": python_cpu_s,
+        "jvm_cpu_s": jvm_cpu_s,
+        "cpu_s": python_cpu_s + jvm_cpu_s,
+        "cpu_us_per_ledger": (python_cpu_s + jvm_cpu_s) / ledgers * 1e6,
+        "wall_us_per_ledger": wall_s / ledgers * 1e6,
+        "python_peak_rss_mib": python_peak / 1024,
+        "jvm_peak_rss_mib": jvm_peak / 1024,
+        "timings": result.timings,
+        "s3_head_requests": int(heads),
+        "s3_list_requests": -(-rows["offload_objects"] // LIST_PAGE),
+        "anti_join": anti,  # as it ran: none when adaptive execution found its other side empty
+        "anti_join_planned": planned,
+        "forbidden_operators": forbidden_operators(plan),
+        "anti_join_plan": plan,
+        "spark_start_s": spark_start_s,
+        "shuffle_partitions": shuffle_partitions,
+        "load_average": os.getloadavg(),
+    }
+
+
+def spark_only(
+    sizes: list[int], out: Path, state: Path, shuffle_partitions: int, script: Path
+) -> list[dict[str, Any]]:
+    """Every size: its tables generated here, measured in a process of its own (this script, ``--one``)."""
+    from devstack import extract_tables
+
+    rows = []
+    for size in sizes:
+        tables = state / f"extract-tables-{size}"
+        started = time.monotonic()
+        written = extract_tables.write_extract_tables(tables, size, now_ms=NOW_MS)
+        (tables / "rows.json").write_text(json.dumps(written.rows))
+        generate_s = time.monotonic() - started
+        print(f"size {size}: tables in {generate_s:.1f} s: {json.dumps(written.rows)}", flush=True)
+        result_file = out / f"size-{size}.json"
+        subprocess.run(
+            [
+                sys.executable,
+                str(script),
+                "--spark-only-one",
+                str(size),
+                "--tables",
+                str(tables),
+                "--out",
+                str(out / f"size-{size}"),
+                "--result",
+                str(result_file),
+                "--shuffle-partitions",
+                str(shuffle_partitions),
+            ],
+            check=True,
+        )
+        row = json.loads(result_file.read_text())
+        row["generate_s"] = generate_s
+        brief = {k: v for k, v in row.items() if k != "anti_join_plan"}
+        print(json.dumps(brief), flush=True)
+        rows.append(row)
+    return rows
+
+
+def s3_estimate(requests: int, latency_ms: float, concurrency: int) -> float:
+    """Seconds S3 takes for ``requests`` round trips of ``latency_ms``, ``concurrency`` at a time."""
+    return requests * latency_ms / 1000 / concurrency
+
+
+def render_spark_only(rows: list[dict[str, Any]], latency_ms: float) -> str:
+    from rich.console import Console
+    from rich.table import Table
+
+    base = rows[0]
+    table = Table(title=f"reconcile, Spark part only (local[2]); ratios to {base['bk_ledgers']:,} ledgers")
+    for col in (
+        "ledgers",
+        "candidates",
+        "exact",
+        "wall s",
+        "CPU s (Py+JVM)",
+        "CPU µs/ledger",
+        "vs base",
+        "wall µs/ledger",
+        "vs base",
+        "Py peak MiB",
+        "JVM peak MiB",
+        "anti-join",
+        "HEADs",
+        f"AWS s @{latency_ms:g}ms/{HEAD_THREADS}",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            f"{r['bk_ledgers']:,}",
+            f"{r['candidates']:,}",
+            "yes" if r["exact"] else "NO",
+            f"{r['wall_s']:.1f}",
+            f"{r['cpu_s']:.1f} ({r['python_cpu_s']:.1f}+{r['jvm_cpu_s']:.1f})",
+            f"{r['cpu_us_per_ledger']:.1f}",
+            f"{r['cpu_us_per_ledger'] / base['cpu_us_per_ledger']:.2f}",
+            f"{r['wall_us_per_ledger']:.1f}",
+            f"{r['wall_us_per_ledger'] / base['wall_us_per_ledger']:.2f}",
+            f"{r['python_peak_rss_mib']:.0f}",
+            f"{r['jvm_peak_rss_mib']:.0f}",
+            ",".join(r.get("anti_join_planned", [])) + ("" if r["anti_join"] else " (dropped: empty)"),
+            f"{r['s3_head_requests']:,}",
+            f"{s3_estimate(r['s3_head_requests'], latency_ms, HEAD_THREADS):.0f}",
+        )
+    console = Console(width=220, record=True)
+    console.print(table)
+    return console.export_text()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -471,8 +692,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--generate-only", action="store_true")
     parser.add_argument("--no-warmup", action="store_true", help="skip the unmeasured run that warms the JVM")
     parser.add_argument("--regenerate", action="store_true")
+    parser.add_argument("--spark-only", action="store_true", help="the reconcile alone, on generated Parquet")
+    parser.add_argument("--shuffle-partitions", type=int, default=8, help="--spark-only: Spark's")
+    parser.add_argument("--s3-latency-ms", type=float, default=20.0, help="--spark-only: AWS S3's HEAD")
+    parser.add_argument("--spark-only-one", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--tables", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
+    if args.spark_only_one is not None:  # one size of --spark-only, in a process of its own
+        row = spark_only_one(args.spark_only_one, args.tables, args.out, args.shuffle_partitions)
+        args.result.write_text(json.dumps(row, indent=2))
+        return 0
     modes = [m for m in args.modes.split(",") if m]
     if unknown := set(modes) - set(MODES):
         parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
@@ -480,6 +711,16 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out or default_out()
     out.mkdir(parents=True, exist_ok=True)
     print(f"results: {out}", flush=True)
+    if args.spark_only:
+        measured = spark_only(sizes, out, state, args.shuffle_partitions, Path(__file__).resolve())
+        text = render_spark_only(measured, args.s3_latency_ms)
+        (out / "table.txt").write_text(text)
+        (out / "results.json").write_text(
+            json.dumps({"argv": sys.argv[1:] if argv is None else argv, "rows": measured}, indent=2)
+        )
+        print(f"anti-join plan at {measured[-1]['bk_ledgers']:,} ledgers:\n{measured[-1]['anti_join_plan']}")
+        print(f"results: {out}", flush=True)
+        return 0 if all(r["exact"] and not r["forbidden_operators"] for r in measured) else 1
     zk_pid, moto_pid = start_servers(state, args.zk_port, args.s3_port, args.zk_heap)
     servers = Servers(f"127.0.0.1:{args.zk_port}", f"http://127.0.0.1:{args.s3_port}", zk_pid, moto_pid)
     entries = []
