@@ -7,6 +7,7 @@ yardstick. Each cluster lives under a chroot and in a bucket of its own.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 import uuid
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from devstack import ports
 from devstack.generator import ClusterSpec, plan_cluster, write_plan
+from devstack.stack import Stack, StackPorts, default_state_dir
 from ledger_deletion.formats.bk_metadata import build_pulsar_ledger_metadata, managed_ledger_custom_metadata
 from ledger_deletion.formats.bk_paths import ledger_path
 from ledger_deletion.formats.managed_ledger import (
@@ -42,8 +45,35 @@ FULL_READ = {"bk_metadata": "all", "multi_read": False}  # the extract before th
 
 
 @pytest.fixture(scope="module")
-def cluster(stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
-    """A generated cluster of 3,000 ledgers (orphans of every kind among them) and its ground truth."""
+def private_zookeeper() -> Iterator[str]:
+    """A ZooKeeper of this module's own: the request counts below are the server's (``mntr``), and on the
+    shared stack's every other test running meanwhile (other xdist workers) adds to them."""
+    state_dir = Path(
+        os.environ.get(
+            "LEDGER_DELETION_RECONCILE_ZK_STACK_DIR", str(default_state_dir().with_name("reconcile-scan-zk"))
+        )
+    )
+    private = Stack(state_dir, StackPorts(zookeeper=ports.block(ports.RECONCILE_SCAN_ZK).zookeeper))
+    was_running = private.pid("zookeeper") is not None
+    private.up(install=False, only=("zookeeper",))
+    yield private.endpoints().zookeeper
+    if not was_running:
+        private.down()
+
+
+@pytest.fixture(scope="module")
+def zk(private_zookeeper: str) -> Iterator[Any]:
+    client = KazooClient(hosts=private_zookeeper)
+    client.start()
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(private_zookeeper: str, stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
+    """A generated cluster of 3,000 ledgers (orphans of every kind among them) and its ground truth, in
+    this module's own ZooKeeper."""
     tag = uuid.uuid4().hex[:10]
     chroot, bucket = f"/reconcile-scan-{tag}", f"reconcile-scan-{tag}"
     zk.ensure_path(chroot)
@@ -57,14 +87,14 @@ def cluster(stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
         first_long_ledger_id=2**32 + random.randrange(0, 2**40, 1000),
     )
     plan = plan_cluster(spec)
-    client = KazooClient(hosts=stack.zookeeper + chroot)
+    client = KazooClient(hosts=private_zookeeper + chroot)
     client.start()
     write_plan(client, s3, plan, bucket=bucket)
     client.stop()
     client.close()
     yield {
         "config": ExtractConfig(
-            zookeeper=stack.zookeeper + chroot, s3_endpoint=stack.s3_endpoint, buckets=(bucket,), workers=2
+            zookeeper=private_zookeeper + chroot, s3_endpoint=stack.s3_endpoint, buckets=(bucket,), workers=2
         ),
         "truth": plan.truth,
         "ledgers": len(plan.ledgers),
@@ -96,9 +126,9 @@ def _counted_extract(zk: Any, config: ExtractConfig, out: Path) -> tuple[int, Ex
 def test_zookeeper_requests_per_ledger_fall_to_a_third_of_the_full_read(
     cluster: dict[str, Any], zk: Any, tmp_path: Path
 ) -> None:
-    """Counted by the server: the shared server's count also holds whatever else ran meanwhile (it can only
-    grow), so each way runs twice and the smaller count is taken. The client's own count of what it sent
-    must show the same, and the server must have received at least that."""
+    """Counted by the server, this module's own: its count also holds whatever else the module runs
+    meanwhile (it can only grow), so each way runs twice and the smaller count is taken. The client's own
+    count of what it sent must show the same, and the server must have received at least that."""
     full_config = replace(cluster["config"], **FULL_READ)
     runs: dict[str, list[tuple[int, ExtractResult]]] = {"full": [], "new": []}
     for round_ in range(2):
@@ -153,7 +183,12 @@ def _write_ledger(client: KazooClient, ledger_id: int, ml_name: str) -> None:
 
 @pytest.mark.spark
 def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never_a_candidate(
-    stack: Any, zk: Any, spark: Any, s3: Any, new_ledger_id: Callable[[], int], tmp_path: Path
+    private_zookeeper: str,
+    zk: Any,
+    spark: Any,
+    s3: Any,
+    new_ledger_id: Callable[[], int],
+    tmp_path: Path,
 ) -> None:
     """What a broker does while the extract runs: it creates a ledger, then stores the ledger list naming it
     (``ManagedLedgerImpl.createComplete`` -> ``updateLedgersListAfterRollover``). Between the id listing and
@@ -168,7 +203,7 @@ def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never
     # Below ``in_use``: ledgers newer than everything listed are kept anyway (newer-than-listed), which would
     # hide the order this test is about.
     orphan, listed_then_used, in_use, created = (new_ledger_id() for _ in range(4))
-    client = KazooClient(hosts=stack.zookeeper + chroot)
+    client = KazooClient(hosts=private_zookeeper + chroot)
     client.start()
     try:
         info = ManagedLedgerInfo()
@@ -189,7 +224,7 @@ def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never
                     f"/managed-ledgers/{ml_name}", serialize_managed_ledger_info(updated), stat.version
                 )
 
-        config = ExtractConfig(zookeeper=stack.zookeeper + chroot, workers=1)
+        config = ExtractConfig(zookeeper=private_zookeeper + chroot, workers=1)
         extracted = extract_all(config, tmp_path / "extract", progress=broker_meanwhile)
         job = JobConfig(
             extract=config,

@@ -59,6 +59,8 @@ OTHER_STACK = 27000
 WATCH_ZK_RESTART = 28000
 # `bench/watch_benchmark.py`'s ZooKeeper.
 WATCH_BENCH = 29000
+# tests/reconcile/test_reconcile_scan.py: a ZooKeeper whose request count (mntr) no other test adds to.
+RECONCILE_SCAN_ZK = 11000
 
 BLOCKS: dict[str, int] = {
     "reconcile-bench": RECONCILE_BENCH,
@@ -69,6 +71,7 @@ BLOCKS: dict[str, int] = {
     "other-stack": OTHER_STACK,
     "watch-zk-restart": WATCH_ZK_RESTART,
     "watch-bench": WATCH_BENCH,
+    "reconcile-scan-zk": RECONCILE_SCAN_ZK,
 }
 
 
