@@ -540,16 +540,18 @@ class Settings(BaseSettings):
     bk_deletes_per_second: float = Field(
         default=0.0,
         ge=0,
-        description="BookKeeper ledgers deleted per second at most, across every bookkeeper-pool process "
-        "(Temporal's task-queue rate limit, enforced by the server): each is a ZooKeeper delete and a few "
-        "reads; 0: no limit.",
+        description="BookKeeper ledgers deleted per second, across every bookkeeper-pool process "
+        "(Temporal's task-queue rate limit, enforced by the server): held over a minute, while within one "
+        "second a burst of 2-4 times the rate gets through (docs/performance.md, bulk drain); each is a "
+        "ZooKeeper delete and a few reads; 0: no limit.",
     )
     offload_deletes_per_second: float = Field(
         default=0.0,
         ge=0,
-        description="Offloaded ledgers deleted (or inspected in shadow) per second at most, across every "
-        "offload-pool process (Temporal's task-queue rate limit): each is two objects (data and index), up "
-        "to one DeleteObjects and five HEADs; 0: no limit.",
+        description="Offloaded ledgers deleted (or inspected in shadow) per second, across every "
+        "offload-pool process (Temporal's task-queue rate limit: held over a minute, short bursts above it, "
+        "as for LEDGER_DELETION_BK_DELETES_PER_SECOND): each is two objects (data and index), up to one "
+        "DeleteObjects and five HEADs; 0: no limit.",
     )
     kill_switch_seconds: float = Field(
         default=2.0,
