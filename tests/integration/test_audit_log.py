@@ -31,7 +31,7 @@ from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLe
 from ledger_deletion.settings import Settings
 from ledger_deletion.submit import RequestPublisher
 from reconcile.cli import audit_decisions
-from tests.support import wait_for_result
+from tests.support import eventually, wait_for_result
 from workers.pools import RunningPools
 
 pytestmark = pytest.mark.stack
@@ -186,9 +186,17 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     assert all(etag.strip('"') for etag in deleted_objects["etags"].values())
     assert sum(deleted_objects["sizes"].values()) == segment.bytes == objects.bytes > 0
 
-    # The ingest's own dead letter (a payload that does not decode) has its record too.
-    (garbage,) = [r for r in read(store, AuditQuery(outcome="DEAD_LETTERED")) if r.message_id == garbage_id]
-    assert (garbage.failed_step, garbage.ledger_id) == ("decode", -1)
+    # The ingest's own dead letter (a payload that does not decode) has its record too: written by the
+    # pulsar pool's next group commit before it acks, which nothing above waits for.
+    garbage: list[AuditRecord] = []
+
+    def recorded() -> None:
+        dead = read(store, AuditQuery(outcome="DEAD_LETTERED"))
+        garbage[:] = [r for r in dead if r.message_id == garbage_id]
+        assert len(garbage) == 1
+
+    await eventually(recorded, timeout=30)
+    assert (garbage[0].failed_step, garbage[0].ledger_id) == ("decode", -1)
 
     # Reconcile's report marks a candidate by the service's latest live decision for its ledger.
     decided = audit_decisions(settings, Console(stderr=True))

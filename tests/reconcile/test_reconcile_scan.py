@@ -62,7 +62,7 @@ def private_zookeeper() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def zk(private_zookeeper: str) -> Iterator[Any]:
+def scan_zk(private_zookeeper: str) -> Iterator[Any]:
     client = KazooClient(hosts=private_zookeeper)
     client.start()
     yield client
@@ -71,12 +71,12 @@ def zk(private_zookeeper: str) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def cluster(private_zookeeper: str, stack: Any, zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
+def cluster(private_zookeeper: str, stack: Any, scan_zk: Any, s3: Any) -> Iterator[dict[str, Any]]:
     """A generated cluster of 3,000 ledgers (orphans of every kind among them) and its ground truth, in
     this module's own ZooKeeper."""
     tag = uuid.uuid4().hex[:10]
     chroot, bucket = f"/reconcile-scan-{tag}", f"reconcile-scan-{tag}"
-    zk.ensure_path(chroot)
+    scan_zk.ensure_path(chroot)
     s3.create_bucket(Bucket=bucket)
     spec = ClusterSpec(
         ledgers=3000,
@@ -100,7 +100,7 @@ def cluster(private_zookeeper: str, stack: Any, zk: Any, s3: Any) -> Iterator[di
         "ledgers": len(plan.ledgers),
         "now_ms": int(time.time() * 1000) + 1000,  # every generated ledger is old enough
     }
-    zk.delete(chroot, recursive=True)
+    scan_zk.delete(chroot, recursive=True)
     objects = s3.list_objects_v2(Bucket=bucket).get("Contents", [])
     while objects:
         s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": o["Key"]} for o in objects]})
@@ -108,9 +108,9 @@ def cluster(private_zookeeper: str, stack: Any, zk: Any, s3: Any) -> Iterator[di
     s3.delete_bucket(Bucket=bucket)
 
 
-def _packets_received(zk: Any) -> int:
+def _packets_received(scan_zk: Any) -> int:
     """What the ZooKeeper server has received so far (``mntr``), as the server counts it."""
-    for line in zk.command(b"mntr").splitlines():
+    for line in scan_zk.command(b"mntr").splitlines():
         key, _, value = line.partition("\t")
         if key == "zk_packets_received":
             return int(value)
@@ -124,7 +124,7 @@ def _counted_extract(zk: Any, config: ExtractConfig, out: Path) -> tuple[int, Ex
 
 
 def test_zookeeper_requests_per_ledger_fall_to_a_third_of_the_full_read(
-    cluster: dict[str, Any], zk: Any, tmp_path: Path
+    cluster: dict[str, Any], scan_zk: Any, tmp_path: Path
 ) -> None:
     """Counted by the server, this module's own: its count also holds whatever else the module runs
     meanwhile (it can only grow), so each way runs twice and the smaller count is taken. The client's own
@@ -132,8 +132,8 @@ def test_zookeeper_requests_per_ledger_fall_to_a_third_of_the_full_read(
     full_config = replace(cluster["config"], **FULL_READ)
     runs: dict[str, list[tuple[int, ExtractResult]]] = {"full": [], "new": []}
     for round_ in range(2):
-        runs["full"].append(_counted_extract(zk, full_config, tmp_path / f"full-{round_}"))
-        runs["new"].append(_counted_extract(zk, cluster["config"], tmp_path / f"new-{round_}"))
+        runs["full"].append(_counted_extract(scan_zk, full_config, tmp_path / f"full-{round_}"))
+        runs["new"].append(_counted_extract(scan_zk, cluster["config"], tmp_path / f"new-{round_}"))
 
     server = {way: min(count for count, _ in done) for way, done in runs.items()}
     client = {way: sum(done[0][1].zk_requests.values()) for way, done in runs.items()}
@@ -184,7 +184,7 @@ def _write_ledger(client: KazooClient, ledger_id: int, ml_name: str) -> None:
 @pytest.mark.spark
 def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never_a_candidate(
     private_zookeeper: str,
-    zk: Any,
+    scan_zk: Any,
     spark: Any,
     s3: Any,
     new_ledger_id: Callable[[], int],
@@ -198,7 +198,7 @@ def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never
     from reconcile.job import JobConfig, run
 
     chroot = f"/reconcile-order-{uuid.uuid4().hex[:10]}"
-    zk.ensure_path(chroot)
+    scan_zk.ensure_path(chroot)
     ml_name = "public/default/persistent/orders"
     # Below ``in_use``: ledgers newer than everything listed are kept anyway (newer-than-listed), which would
     # hide the order this test is about.
@@ -237,7 +237,7 @@ def test_a_ledger_created_between_the_id_listing_and_the_reference_scan_is_never
     finally:
         client.stop()
         client.close()
-        zk.delete(chroot, recursive=True)
+        scan_zk.delete(chroot, recursive=True)
 
     assert stages == [OFFLOAD_OBJECTS]
     listed = {row["ledger_id"] for row in spark.read.parquet(extracted.path(BK_LEDGER_IDS)).collect()}
