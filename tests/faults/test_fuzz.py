@@ -31,7 +31,10 @@ from tests.support import running_pools
 
 pytestmark = pytest.mark.stack
 
-FUZZ_BUDGET_SECONDS = 150.0  # publish + ingest + dead-letter + ack of the whole corpus on 2 busy cores
+# The consumer must keep going, not reach a wall-clock figure: it fails when neither its received count nor
+# its unacked set has moved for this long. The whole corpus takes ~110 s alone on two cores, ~160 s beside
+# scripts/test's other xdist workers, hence the test's own timeout.
+STALL_SECONDS = 30.0
 
 
 def publish_all(settings: Settings, payloads: list[bytes]) -> None:
@@ -78,6 +81,7 @@ def assert_intact(cluster: SimulatedCluster, ledgers: set[int], objects: list[tu
     assert [k for b, k in objects if not cluster.object_exists(k, b)] == []
 
 
+@pytest.mark.timeout(480)  # ~160 s for the corpus beside the other workers, then the forged requests
 async def test_fuzz_corpus_through_the_real_consumer(
     fault_client: Client, fault_settings: Settings, cluster: SimulatedCluster
 ) -> None:
@@ -91,11 +95,13 @@ async def test_fuzz_corpus_through_the_real_consumer(
         assert running.ingestor is not None
         await asyncio.to_thread(publish_all, fault_settings, [p.data for p in payloads])
         published = time.monotonic()
-        deadline = began + FUZZ_BUDGET_SECONDS
+        progress, moved = (-1, -1), time.monotonic()
         while running.ingestor.stats.received < len(payloads) or len(running.ingestor.pending):
-            assert time.monotonic() < deadline, (
-                f"after {FUZZ_BUDGET_SECONDS:.0f} s: received {running.ingestor.stats.received}/"
-                f"{len(payloads)}, {len(running.ingestor.pending)} unacked"
+            now = (running.ingestor.stats.received, len(running.ingestor.pending))
+            if now != progress:
+                progress, moved = now, time.monotonic()
+            assert time.monotonic() - moved < STALL_SECONDS, (
+                f"stalled for {STALL_SECONDS:.0f} s: received {now[0]}/{len(payloads)}, {now[1]} unacked"
             )
             await asyncio.sleep(0.2)
         ingested = time.monotonic()
