@@ -60,4 +60,5 @@ class ReconcileJobActivities:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
         reader.join(timeout=5)
+        proc.stdout.close()  # the pipe's end in this process: a worker runs the job every schedule period
         return ReconcileRunResult(exit_code=code, output_tail="".join(tail))

@@ -170,7 +170,8 @@ def test_findings_report_only_and_excluded(cluster: dict[str, Any], result: Any,
 
 def test_output_files(result: Any) -> None:
     out: Path = result.out
-    lines = list(parse_jsonl((out / "candidates.jsonl").open(encoding="utf-8")))
+    with (out / "candidates.jsonl").open(encoding="utf-8") as candidates:
+        lines = list(parse_jsonl(candidates))
     assert [item for _, item in lines if isinstance(item, LineError)] == []
     assert [item for _, item in lines] == result.requests  # the exact shape `ledger-deletion submit` reads
     with (out / "candidates.avro").open("rb") as f:

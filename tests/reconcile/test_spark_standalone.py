@@ -224,7 +224,8 @@ def reconcile(
 
 
 def candidates(out: Path) -> list[Any]:
-    lines = list(parse_jsonl((out / "candidates.jsonl").open(encoding="utf-8")))
+    with (out / "candidates.jsonl").open(encoding="utf-8") as candidates:
+        lines = list(parse_jsonl(candidates))
     assert [item for _, item in lines if isinstance(item, LineError)] == []
     return [item for _, item in lines]
 

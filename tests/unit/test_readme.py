@@ -106,7 +106,7 @@ def test_every_link_resolves() -> None:
 
 def test_every_ledger_deletion_variable_a_page_names_is_read_somewhere() -> None:
     """A setting renamed or removed leaves no page naming it: every ``LEDGER_DELETION_*`` variable is a
-    setting, or one the code reads itself (the dev stack's state directories)."""
+    setting, or one the code or a script reads itself (the dev stack's state directories, test workers)."""
     known = {env_name(name) for name in Settings.model_fields} | PLACEHOLDERS
     for info in Settings.model_fields.values():
         choices = getattr(info.validation_alias, "choices", ())
@@ -124,6 +124,9 @@ def test_every_ledger_deletion_variable_a_page_names_is_read_somewhere() -> None
     for folder in code:
         for source in (ROOT / folder).rglob("*.py"):
             known.update(_VARIABLE.findall(source.read_text(encoding="utf-8")))
+    for script in (ROOT / "scripts").iterdir():  # the shell entry points (scripts/test's worker count)
+        if script.is_file():
+            known.update(_VARIABLE.findall(script.read_text(encoding="utf-8")))
     unknown = {
         f"{page.relative_to(ROOT)}: {variable}"
         for page in PAGES
