@@ -78,7 +78,15 @@ async def wait_until_all_acked(running: RunningPools, timeout: float = 30) -> No
     assert len(running.ingestor.pending) == 0, f"{len(running.ingestor.pending)} message(s) never acked"
 
 
-async def wait_for_result(client: Client, workflow_id: str, timeout: float = 90) -> DeletionResult:
+# How long a test waits for one deletion's result. A decision takes seconds, but the bound must also cover
+# the run's retries at the tests' retry settings (up to 4 attempts), the in-use grace re-checks, and
+# scripts/test's other xdist workers sharing two cores with the stack: 120 s, never reached by a passing test.
+RESULT_TIMEOUT = 120.0
+
+
+async def wait_for_result(
+    client: Client, workflow_id: str, timeout: float = RESULT_TIMEOUT
+) -> DeletionResult:
     """The result of the (latest run of the) workflow, waiting for it to be started by the ingest loop."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

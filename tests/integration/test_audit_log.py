@@ -144,9 +144,9 @@ async def test_each_decision_is_in_the_log_with_its_evidence(
     cluster.remove_ledgers_from_metadata(offload_topic.name, [offloaded_id])
     assert offload.ledger_type is LedgerType.OFFLOAD_LEDGER
     publisher.publish(offload)
-    done = await wait_for_result(temporal_client, deleted.workflow_id, timeout=120)
-    kept = await wait_for_result(temporal_client, foreign.workflow_id, timeout=120)
-    objects = await wait_for_result(temporal_client, offload.workflow_id, timeout=120)
+    done = await wait_for_result(temporal_client, deleted.workflow_id)
+    kept = await wait_for_result(temporal_client, foreign.workflow_id)
+    objects = await wait_for_result(temporal_client, offload.workflow_id)
     assert (done.outcome, kept.outcome, objects.outcome) == (
         Outcome.DELETED,
         Outcome.SKIPPED_NOT_PULSAR,

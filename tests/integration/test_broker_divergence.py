@@ -130,7 +130,7 @@ async def test_a_rolling_restart_delays_a_deletion_without_dead_lettering_it(
     cluster.create_topic(topic, [old, current])
     control.fail_next(topic, fault)
     [request] = cluster.trim(topic, [old], lambda r: publisher.publish(checked(r)))
-    result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, request.workflow_id)
     assert result.outcome is Outcome.DELETED, result
     assert not cluster.ledger_exists(old) and cluster.ledger_exists(current)
     assert control.clear_faults(topic) == 0  # both scripted answers were given
@@ -239,7 +239,7 @@ async def test_a_trim_whose_store_write_failed_is_kept_for_replay_not_acked(
     old, current = cluster.new_ledger_ids(2)
     cluster.create_topic(topic, [old, current])
     [request] = failed_trim(cluster, control, publisher, topic, [old])
-    result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, request.workflow_id)
     assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "wait_in_use", result
     assert "KeptForReplay" in result.reason and "its owner broker does not list it" in result.reason
     assert cluster.ledger_exists(old) and result.messages_acked == 1
@@ -271,7 +271,7 @@ async def test_a_reload_brings_the_ledger_back_and_the_owner_keeps_it(
     control.reload(topic)
     request = checked(cluster.requests_for_trim(topic, [old])[0])
     publisher.publish(request)
-    result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, request.workflow_id)
     assert result.outcome is Outcome.SKIPPED_IN_USE and cluster.ledger_exists(old)
     await wait_until_all_acked(service)
 
@@ -292,7 +292,7 @@ async def test_offloaded_objects_the_store_still_lists_are_never_deleted(
     requests = failed_trim(cluster, control, publisher, topic, [old])
     assert sorted(r.ledger_type.value for r in requests) == ["LEDGER", "OFFLOAD_LEDGER"]
     for request in requests:
-        result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+        result = await wait_for_result(temporal_client, request.workflow_id)
         assert result.outcome is Outcome.DEAD_LETTERED and "KeptForReplay" in result.reason, result
     assert all(cluster.object_exists(key) for key in keys) and cluster.ledger_exists(old)
     await wait_until_all_acked(service)
@@ -316,7 +316,7 @@ async def test_a_bk_copy_released_only_in_the_owners_memory_is_kept_for_replay(
     ]
     publisher.publish(bk_copy)
     control.fail_trim_store_write(topic, bookkeeper_deleted=[offloaded])
-    result = await wait_for_result(temporal_client, bk_copy.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, bk_copy.workflow_id)
     assert result.outcome is Outcome.DEAD_LETTERED, result
     assert "has not released its BookKeeper copy" in result.reason and cluster.ledger_exists(offloaded)
     await wait_until_all_acked(service)
@@ -342,7 +342,7 @@ async def test_the_ledger_a_rollover_is_creating_is_never_deleted(
         topic, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, rolling, check_ledger_still_in_use=True
     )
     publisher.publish(request)
-    result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, request.workflow_id)
     assert result.outcome is Outcome.DEAD_LETTERED and "KeptForReplay" in result.reason, result
     assert f"ledger {rolling} is OPEN" in result.reason and cluster.ledger_exists(rolling)
     await wait_until_all_acked(service)
@@ -362,6 +362,6 @@ async def test_the_ledger_a_rollover_has_listed_is_in_use(
         topic, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, rolled, check_ledger_still_in_use=True
     )
     publisher.publish(request)
-    result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+    result = await wait_for_result(temporal_client, request.workflow_id)
     assert result.outcome is Outcome.SKIPPED_IN_USE and cluster.ledger_exists(rolled)
     await wait_until_all_acked(service)

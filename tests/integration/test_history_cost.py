@@ -79,7 +79,7 @@ class Shapes:
         return requests
 
     async def cost(self, request: PendingDeleteLedgerInfo, outcome: Outcome) -> Cost:
-        result = await wait_for_result(self.client, request.workflow_id, timeout=120)
+        result = await wait_for_result(self.client, request.workflow_id)
         assert result.outcome is outcome, result
         return await cost_of(self.client, request.workflow_id)
 
@@ -222,7 +222,7 @@ async def test_a_duplicate_message_joins_the_run(shapes: Shapes) -> None:
     topic, (trimmed, _) = shapes.topic("duplicate", 2)
     (request,) = shapes.trim(topic, [trimmed])
     shapes.publisher.publish(request)
-    result = await wait_for_result(shapes.client, request.workflow_id, timeout=120)
+    result = await wait_for_result(shapes.client, request.workflow_id)
     assert result.outcome is Outcome.DELETED and result.messages_acked == 2
     cost = await cost_of(shapes.client, request.workflow_id)
     assert cost.markers == DELETED.markers and cost.timers == 0
@@ -252,7 +252,7 @@ async def test_a_delete_out_of_retries_is_dead_lettered(
         cluster.remove_ledgers_from_metadata(topic, [offloaded])
         with RequestPublisher(broken) as publisher:
             publisher.publish(request)
-        result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+        result = await wait_for_result(temporal_client, request.workflow_id)
         assert result.outcome is Outcome.DEAD_LETTERED and result.failed_step == "delete_offload_segment"
         cost = await cost_of(temporal_client, request.workflow_id)
     assert cost == Cost(events=27, workflow_tasks=4, markers=3, activity_tasks=3, timers=0, actions=7)
@@ -278,7 +278,7 @@ async def test_a_shadow_decision_costs_less_than_the_deletion_it_stands_for(
         with RequestPublisher(shadow) as publisher:
             publisher.publish(request)
         shadow_id = workflow_id(request, Mode.SHADOW)
-        result = await wait_for_result(temporal_client, shadow_id, timeout=120)
+        result = await wait_for_result(temporal_client, shadow_id)
         assert result.outcome is Outcome.WOULD_DELETE, result
         cost = await cost_of(temporal_client, shadow_id)
     print(f"shadow happy path: {cost}")

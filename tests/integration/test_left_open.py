@@ -46,7 +46,7 @@ async def test_an_open_ledger_older_than_the_newest_listed_is_reported_with_the_
             created.name, LedgerComponent.MANAGED_LEDGER, LedgerType.LEDGER, abandoned
         )
         publisher.publish(request)
-        result = await wait_for_result(temporal_client, request.workflow_id, timeout=120)
+        result = await wait_for_result(temporal_client, request.workflow_id)
         assert result.outcome is Outcome.SKIPPED_LEFT_OPEN, result
         assert f"readledger --ledgerid {abandoned} --force-recovery" in result.reason
         assert result.kept_for_replay == 0 and cluster.ledger_exists(abandoned)

@@ -115,7 +115,7 @@ async def test_the_service_dead_letters_an_offload_in_another_store_at_the_first
     async with running_pools(own, temporal_client) as running:
         with RequestPublisher(own) as publisher:
             publisher.publish(request)
-        result = await wait_for_result(temporal_client, request.workflow_id, timeout=90)
+        result = await wait_for_result(temporal_client, request.workflow_id)
         assert result.outcome is Outcome.DEAD_LETTERED, result
         assert result.failed_step == "delete_offload_segment" and "UnsupportedOffloadDriver" in result.reason
         assert result.messages_acked == 1

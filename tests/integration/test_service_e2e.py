@@ -131,7 +131,7 @@ async def test_step_that_keeps_failing_ends_in_the_dead_letter_topic(
         with RequestPublisher(broken) as broken_publisher:
             requests = cluster.trim(topic, [ledger_id], broken_publisher.publish)
         offload = next(r for r in requests if r.ledger_type.value == "OFFLOAD_LEDGER")
-        result = await wait_for_result(temporal_client, offload.workflow_id, timeout=90)
+        result = await wait_for_result(temporal_client, offload.workflow_id)
         assert result.outcome is Outcome.DEAD_LETTERED
         assert result.failed_step == "delete_offload_segment" and "ObjectStoreUnavailable" in result.reason
         assert result.messages_acked == 1
@@ -177,7 +177,7 @@ async def test_offload_in_a_bucket_that_is_not_there_is_dead_lettered_not_acked_
     async with running_pools(nobucket, temporal_client) as running:
         with RequestPublisher(nobucket) as publisher:
             publisher.publish(request)
-        result = await wait_for_result(temporal_client, request.workflow_id, timeout=90)
+        result = await wait_for_result(temporal_client, request.workflow_id)
         assert result.outcome is Outcome.DEAD_LETTERED
         assert result.failed_step == "delete_offload_segment" and "BucketNotFound" in result.reason
         assert result.messages_acked == 1
@@ -317,7 +317,7 @@ async def test_schema_locators_come_from_pulsars_metadata_store_when_it_is_apart
             for request in requests.values():
                 publisher.publish(request)
         results = {
-            ledger_id: await wait_for_result(temporal_client, request.workflow_id, timeout=90)
+            ledger_id: await wait_for_result(temporal_client, request.workflow_id)
             for ledger_id, request in requests.items()
         }
         await wait_until_all_acked(running)
@@ -355,7 +355,7 @@ async def test_restarted_pulsar_pool_loses_nothing(
         assert first.ingestor.stats.started_or_joined == len(requests)
     cluster.remove_ledgers_from_metadata(topic, ids[:10])
     async with running_pools(restart, temporal_client) as second:
-        results = [await wait_for_result(temporal_client, r.workflow_id, timeout=90) for r in requests]
+        results = [await wait_for_result(temporal_client, r.workflow_id) for r in requests]
         await wait_until_all_acked(second)
         assert second.ingestor is not None and second.ingestor.stats.received >= len(requests)  # redelivered
     assert {r.outcome for r in results} <= {Outcome.DELETED, Outcome.ALREADY_DELETED}

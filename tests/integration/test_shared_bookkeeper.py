@@ -239,7 +239,7 @@ async def _decide(
     with RequestPublisher(settings) as publisher:
         for request in requests:
             publisher.publish(request)
-    return {r.ledger_id: await wait_for_result(client, r.workflow_id, timeout=120) for r in requests}
+    return {r.ledger_id: await wait_for_result(client, r.workflow_id) for r in requests}
 
 
 async def test_configured_with_the_other_store_the_service_deletes_none_of_its_ledgers(

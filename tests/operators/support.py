@@ -48,7 +48,7 @@ def orphan_requests(
 
 async def results_of(client: Client, requests: list[PendingDeleteLedgerInfo]) -> dict[str, DeletionResult]:
     ids = sorted({r.workflow_id for r in requests})
-    results = await asyncio.gather(*(wait_for_result(client, i, timeout=120) for i in ids))
+    results = await asyncio.gather(*(wait_for_result(client, i) for i in ids))
     return dict(zip(ids, results, strict=True))
 
 

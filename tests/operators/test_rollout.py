@@ -79,7 +79,7 @@ async def results(
     client: Client, requests: list[PendingDeleteLedgerInfo], mode: Mode
 ) -> dict[str, DeletionResult]:
     ids = sorted({workflow_id(r, mode) for r in requests})
-    found = await asyncio.gather(*(wait_for_result(client, i, timeout=120) for i in ids))
+    found = await asyncio.gather(*(wait_for_result(client, i) for i in ids))
     return dict(zip(ids, found, strict=True))
 
 
