@@ -11,6 +11,7 @@ two; each client keeps its own session.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -30,7 +31,7 @@ from kazoo.exceptions import (
     SessionClosedRequireSaslError,
     SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
@@ -96,6 +97,28 @@ class ZooKeeperSecurity:
 NO_SECURITY = ZooKeeperSecurity()
 
 
+class _ClosingHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's handler, closing the socket of a connection attempt that failed.
+
+    kazoo's ``create_tcp_connection`` (kazoo/handlers/utils.py, 2.10 and 2.11) wraps a new socket for TLS,
+    and when the handshake fails (a certificate the server refuses, a host name it does not carry) re-raises
+    without closing it: one socket per attempt left to the garbage collector, and a client retries forever.
+    The socket is reachable only from the failed call's frame, so it is closed from the traceback.
+    """
+
+    def create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().create_connection(*args, **kwargs)
+        except BaseException as exc:
+            trace = exc.__traceback__
+            while trace is not None:
+                for value in list(trace.tb_frame.f_locals.values()):
+                    if isinstance(value, socket.socket):
+                        value.close()
+                trace = trace.tb_next
+            raise
+
+
 def kazoo_client(
     hosts: str,
     timeout_seconds: float,
@@ -110,7 +133,7 @@ def kazoo_client(
         auth_data=auth_data,
         connection_retry=KazooRetry(max_tries=-1, max_delay=RECONNECT_MAX_DELAY_SECONDS),
         **security.kazoo_options(),
-        **options,
+        **{"handler": _ClosingHandler(), **options},
     )
 
 
