@@ -43,6 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from reconcile.extract import SCHEMAS
+
 __all__ = [
     "BLOCK",
     "ORPHAN_OFFLOAD_BASE",
@@ -64,59 +66,7 @@ OLD_MS = 30 * 86_400_000
 YOUNG_MS = 60_000
 PART_ROWS = 2_000_000  # rows per Parquet part file: the extract writes many parts; so does this
 
-# The tables of reconcile.extract.SCHEMAS (kept here, not imported: devstack imports nothing of the product's
-# reconcile; tests/reconcile checks they are equal).
-SCHEMAS: dict[str, pa.Schema] = {
-    "bk_ledger_ids": pa.schema([("ledger_id", pa.int64())]),
-    "bk_ledgers": pa.schema(
-        [
-            ("ledger_id", pa.int64()),
-            ("path", pa.string()),
-            ("format_version", pa.int32()),
-            ("application", pa.string()),
-            ("component", pa.string()),
-            ("managed_ledger", pa.string()),
-            ("cursor_name", pa.string()),
-            ("schema_id", pa.string()),
-            ("compacted_topic", pa.string()),
-            ("custom", pa.map_(pa.string(), pa.string())),
-            ("length", pa.int64()),
-            ("state", pa.string()),
-            ("ctime_ms", pa.int64()),
-            ("mtime_ms", pa.int64()),
-            ("md_ctime_ms", pa.int64()),
-            ("parse_error", pa.string()),
-        ]
-    ),
-    "references": pa.schema(
-        [
-            ("ledger_id", pa.int64()),
-            ("kind", pa.string()),
-            ("owner", pa.string()),
-            ("cursor_name", pa.string()),
-            ("store", pa.string()),
-        ]
-    ),
-    "namespaces": pa.schema([("store", pa.string()), ("namespace", pa.string())]),
-    "offload_contexts": pa.schema(
-        [
-            ("ledger_id", pa.int64()),
-            ("uuid", pa.string()),
-            ("variant", pa.string()),
-            ("managed_ledger", pa.string()),
-            ("bucket", pa.string()),
-            ("complete", pa.bool_()),
-        ]
-    ),
-    "offload_objects": pa.schema(
-        [
-            ("bucket", pa.string()),
-            ("key", pa.string()),
-            ("size", pa.int64()),
-            ("last_modified_ms", pa.int64()),
-        ]
-    ),
-}
+# The tables' schemas are the extract's own: what this writes must read as what the extract writes.
 
 
 @dataclass(frozen=True)
