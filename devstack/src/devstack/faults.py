@@ -505,7 +505,7 @@ def read_dead_letters(
     messages, so every pass makes progress. ``expect`` is a lower bound: it stops after a pass that ends
     with at least ``expect`` messages, or (without ``expect``) after two passes in a row that add
     nothing (a pass may stall at once), or at ``timeout``.
-    The subscription is removed at the end.
+    The subscription is left behind (see the end).
     """
     import pulsar
 
@@ -537,8 +537,9 @@ def read_dead_letters(
             empty_passes = empty_passes + 1 if len(letters) == before else 0
             if expect is None and empty_passes >= 2:
                 break
-        with contextlib.suppress(Exception):  # a leftover subscription on a test topic is harmless
-            client.subscribe(settings.dead_letter_topic, subscription).unsubscribe()
+        # The subscription is left on the (test or soak) topic: harmless there, whereas pulsar-client's
+        # unsubscribe crashed its process with a segmentation fault after a broker restart
+        # (test_zz_service_restarts under scripts/test).
         return list(letters.values())
     finally:
         client.close()
