@@ -34,9 +34,10 @@ from devstack.soak import (
     wait_quiet,
 )
 from devstack.stack import DUMMY_AWS_CREDENTIALS, S3_REGION, Stack, StackEndpoints
-from ledger_deletion.contracts import DeletionResult
+from ledger_deletion.contracts import DeletionResult, DeletionStatus
 from ledger_deletion.settings import POOLS, Settings
 from ledger_deletion.submit import RequestPublisher
+from workflows.ledger_deletion import STATUS_QUERY
 
 # "No workflow stuck": every workflow of a batch must close within this many seconds of publishing, faults
 # included. Generous for a loaded 2-core CI machine; a stuck workflow never closes at all.
@@ -191,3 +192,21 @@ async def started_run_ids(client: Client, workflow_ids: Iterable[str], timeout: 
                 assert time.monotonic() < deadline, f"{workflow_id} never started"
                 await asyncio.sleep(0.2)
     return run_ids
+
+
+async def messages_joined(
+    client: Client, workflow_ids: Iterable[str], count: int, timeout: float = 60
+) -> None:
+    """Until each running workflow holds ``count`` message references (its status query says so); fails
+    after ``timeout`` seconds for all of them."""
+    deadline = time.monotonic() + timeout
+    for workflow_id in workflow_ids:
+        handle = client.get_workflow_handle(workflow_id)
+        while True:
+            status = await handle.query(STATUS_QUERY, result_type=DeletionStatus)
+            if status.messages_collected >= count:
+                break
+            assert time.monotonic() < deadline, (
+                f"{workflow_id} holds {status.messages_collected} message(s), not {count}"
+            )
+            await asyncio.sleep(0.2)
