@@ -29,9 +29,10 @@ import getpass
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 from temporalio.client import (
     Client,
@@ -51,6 +52,8 @@ log = logging.getLogger(__name__)
 # What the schedule would start if someone pressed "Trigger" on it: a workflow type no worker runs, which
 # times out unstarted a moment later. The schedule has no calendar, so nothing else ever starts it.
 _NEVER_STARTED = "LedgerDeletionKillSwitch"
+_S = TypeVar("_S")
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -130,11 +133,24 @@ def _schedule(switch_id: str, *, paused: bool, text: str) -> Schedule:
     )
 
 
-class Watch:
-    """A deleting process's view of the switch, refreshed in the background; asked by each delete."""
+class FlagView(Generic[_S]):
+    """A Schedule-held flag (the kill switch, the shared-BookKeeper tripwire) as this process read it lately:
+    read every ``every_seconds`` in the background, asked from activity threads, too old after
+    ``stale_seconds``.
+
+    A view is as old as the read that found it *started*, not as its answer: a read sent before a pause and
+    answered after it reports the switch off, and dated by its answer it would let deletes run for another
+    ``stale_seconds`` counted from after the pause, past the moment ``ledger-deletion pause`` promises. For
+    the same reason an answer never replaces one from a read that started later (the background read and an
+    activity's fresh read can overlap).
+    """
 
     def __init__(
-        self, read_switch: Callable[[], Awaitable[SwitchState]], every_seconds: float, stale_seconds: float
+        self,
+        read_flag: Callable[[], Awaitable[_S]],
+        every_seconds: float,
+        stale_seconds: float,
+        changed: Callable[[_S | None, _S], None],
     ) -> None:
         if every_seconds >= stale_seconds:
             # Every view would go stale before the next look: deletes refused for part of every period.
@@ -142,13 +158,75 @@ class Watch:
                 f"LEDGER_DELETION_KILL_SWITCH_SECONDS ({every_seconds:g}) must be less than "
                 f"LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS ({stale_seconds:g})"
             )
-        self._read = read_switch
-        self._every = every_seconds
-        self._stale = stale_seconds
+        self._read = read_flag
+        self.every_seconds = every_seconds
+        self.stale_seconds = stale_seconds
+        self._changed = changed
         # (state, when the read that found it started): replaced whole, never mutated, since activity threads
         # read it while the event loop writes it.
-        self._last: tuple[SwitchState, float] | None = None
+        self._last: tuple[_S, float] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the one refresh() runs on
+
+    @property
+    def state(self) -> _S | None:
+        """As last read, however long ago; None before the first read."""
+        return None if self._last is None else self._last[0]
+
+    @property
+    def age_seconds(self) -> float | None:
+        """Since the last read that counts started; None before the first."""
+        return None if self._last is None else time.monotonic() - self._last[1]
+
+    def fresh(self) -> _S | None:
+        """As last read, if that read started within ``stale_seconds``; else None."""
+        last = self._last
+        if last is None or time.monotonic() - last[1] > self.stale_seconds:
+            return None
+        return last[0]
+
+    def record(self, state: _S) -> None:
+        """A state this process has just written (and read back): as fresh as a read started now."""
+        self._last = (state, time.monotonic())
+
+    def on_loop(self, call: Callable[[], Coroutine[Any, Any, _T]], timeout: float) -> _T:
+        """``call()`` run on the loop that refreshes the view, from an activity thread; its result.
+
+        Raises:
+            RuntimeError: no loop refreshes the view, or this is that loop (blocking on it would deadlock).
+        """
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise RuntimeError("it is not being watched")
+        with contextlib.suppress(RuntimeError):
+            if asyncio.get_running_loop() is loop:
+                raise RuntimeError("called on the loop that watches it")
+        return asyncio.run_coroutine_threadsafe(call(), loop).result(timeout=timeout)
+
+    async def refresh(self) -> _S:
+        """Read the flag; the view it leaves is as old as the read's start."""
+        self._loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        state = await self._read()
+        last = self._last
+        if last is not None and last[1] > started:
+            return last[0]
+        self._last = (state, started)
+        self._changed(None if last is None else last[0], state)
+        return state
+
+    async def run(self, stop: asyncio.Event, what: str) -> None:
+        """Read the flag every ``every_seconds`` until ``stop``; a failed read keeps the last state, which
+        goes stale if reads keep failing."""
+        await poll(self.refresh, self.every_seconds, stop, what)
+
+
+class Watch:
+    """A deleting process's view of the switch, refreshed in the background; asked by each delete."""
+
+    def __init__(
+        self, read_switch: Callable[[], Awaitable[SwitchState]], every_seconds: float, stale_seconds: float
+    ) -> None:
+        self._view = FlagView(read_switch, every_seconds, stale_seconds, _log_switch_change)
 
     def check(self) -> None:
         """Raise unless deletes may run now (called by each delete activity, from its thread).
@@ -157,28 +235,23 @@ class Watch:
         after it turns the switch off, and a run that came back before this process's next look would
         otherwise be refused again and wait for its backstop. Only refused deletes read it (one call each).
         """
-        last = self._last
-        if last is None or time.monotonic() - last[1] > self._stale:
-            seen = "never" if last is None else f"{time.monotonic() - last[1]:.0f} s ago"
+        state = self._view.fresh()
+        if state is None:
+            age = self._view.age_seconds
+            seen = "never" if age is None else f"{age:.0f} s ago"
             raise PauseStateUnknown(
                 f"the kill switch was last read {seen} (bound: LEDGER_DELETION_KILL_SWITCH_STALE_SECONDS="
-                f"{self._stale:g}): nothing is deleted until it is read again"
+                f"{self._view.stale_seconds:g}): nothing is deleted until it is read again"
             )
-        if last[0].paused:
-            state = self._read_now() or last[0]
+        if state.paused:
+            state = self._read_now() or state
             if state.paused:
                 raise DeletionPaused(state.note or "paused")
 
     def _read_now(self) -> SwitchState | None:
         """The switch read now, from an activity thread on the watch's loop; None when it cannot be."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return None
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is loop:
-                return None  # on the loop itself: blocking on it would deadlock
         try:
-            return asyncio.run_coroutine_threadsafe(self.refresh(), loop).result(timeout=self._every + 5)
+            return self._view.on_loop(self._view.refresh, timeout=self._view.every_seconds + 5)
         except Exception as exc:  # unreadable now: the last read stands (paused)
             log.warning("kill switch unreadable: %s: %s", type(exc).__name__, exc)
             return None
@@ -186,38 +259,27 @@ class Watch:
     @property
     def paused(self) -> bool | None:
         """As last read; None before the first read."""
-        return None if self._last is None else self._last[0].paused
+        state = self._view.state
+        return None if state is None else state.paused
 
     @property
     def age_seconds(self) -> float | None:
         """Since the last read that counts started; None before the first."""
-        return None if self._last is None else time.monotonic() - self._last[1]
+        return self._view.age_seconds
 
     async def refresh(self) -> SwitchState:
-        """Read the switch; the view it leaves is as old as the read's start.
-
-        From the start, not the answer: a read sent before a pause and answered after it reports the switch
-        off, and dated by its answer it would let deletes run for another ``stale_seconds`` counted from after
-        the pause, past the moment ``ledger-deletion pause`` promises. For the same reason an answer never
-        replaces one from a read that started later (the background read and a refusal's fresh read can
-        overlap).
-        """
-        self._loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        state = await self._read()
-        last = self._last
-        if last is not None and last[1] > started:
-            return last[0]
-        self._last = (state, started)
-        was = None if last is None else last[0].paused
-        if was is not None and was != state.paused or was is None and state.paused:
-            log.warning("kill switch: %s", state.describe())
-        return state
+        """Read the switch now (see :class:`FlagView` for how old the view it leaves is)."""
+        return await self._view.refresh()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read the switch every ``every_seconds`` until ``stop``; a failed read keeps the last state, which
         goes stale (and deletes stop) if reads keep failing."""
-        await poll(self.refresh, self._every, stop, "kill switch")
+        await self._view.run(stop, "kill switch")
+
+
+def _log_switch_change(was: SwitchState | None, now: SwitchState) -> None:
+    if was is not None and was.paused != now.paused or was is None and now.paused:
+        log.warning("kill switch: %s", now.describe())
 
 
 async def poll(

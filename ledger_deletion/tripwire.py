@@ -27,10 +27,10 @@ reconcile all trip it with :func:`trip` when they see evidence (:func:`is_eviden
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import threading
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -125,8 +125,8 @@ async def clear(client: Client, tripwire: str, who: str) -> TripState:
 
 class View:
     """A process's view of the tripwire, refreshed in the background like the kill switch
-    (``kill_switch_seconds``; too old after ``kill_switch_stale_seconds``); asked and tripped from activity
-    threads."""
+    (``kill_switch_seconds``; too old after ``kill_switch_stale_seconds``: ``kill_switch.FlagView``);
+    asked and tripped from activity threads."""
 
     def __init__(
         self, client: Client, tripwire: str, who: str, every_seconds: float, stale_seconds: float
@@ -134,17 +134,16 @@ class View:
         self._client = client
         self._id = tripwire
         self._who = who
-        self._every = every_seconds
-        self._stale = stale_seconds
-        self._last: tuple[TripState, float] | None = None  # replaced whole: threads read it
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._view = kill_switch.FlagView(
+            functools.partial(read, client, tripwire), every_seconds, stale_seconds, self._log_change
+        )
         # One trip per namespace from this process, however many of its ledgers are checked at once.
         self._reporting = threading.Lock()
 
     @property
     def state(self) -> TripState | None:
         """As last read; None before the first read."""
-        return None if self._last is None else self._last[0]
+        return self._view.state
 
     def current(self) -> TripState:
         """The tripwire as read lately (from an activity thread).
@@ -152,13 +151,14 @@ class View:
         Raises:
             TripwireStateUnknown: not read within ``stale_seconds``.
         """
-        last = self._last
-        if last is None or time.monotonic() - last[1] > self._stale:
+        state = self._view.fresh()
+        if state is None:
             raise TripwireStateUnknown(
-                f"the shared-BookKeeper tripwire {self._id} was not read in the last {self._stale:g} s: a "
-                "ledger of a namespace this cluster does not have waits until it is"
+                f"the shared-BookKeeper tripwire {self._id} was not read in the last "
+                f"{self._view.stale_seconds:g} s: a ledger of a namespace this cluster does not have waits "
+                "until it is"
             )
-        return last[0]
+        return state
 
     def report(self, evidence: Evidence) -> TripState:
         """Trip it durably for ``evidence`` (from an activity thread), before anything relies on it.
@@ -167,41 +167,34 @@ class View:
             TripwireStateUnknown: the trip could not be recorded (Temporal out of reach).
         """
         with self._reporting:
-            last = self._last
-            if last is not None and evidence.namespace in last[0].namespaces:
+            last = self._view.state
+            if last is not None and evidence.namespace in last.namespaces:
                 metrics.current().shared_bookkeeper_evidence(evidence.namespace)
-                return last[0]
+                return last
             return self._trip(evidence)
 
     def _trip(self, evidence: Evidence) -> TripState:
-        loop = self._loop
         try:
-            if loop is None or loop.is_closed():
-                raise RuntimeError("the tripwire is not being watched")
-            state = asyncio.run_coroutine_threadsafe(
-                trip(self._client, self._id, evidence, self._who), loop
-            ).result(timeout=self._every + 10)
+            state = self._view.on_loop(
+                functools.partial(trip, self._client, self._id, evidence, self._who),
+                timeout=self._view.every_seconds + 10,
+            )
         except Exception as exc:
             raise TripwireStateUnknown(
                 f"could not trip the shared-BookKeeper tripwire {self._id} for {evidence.describe()}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self._last = (state, time.monotonic())
+        self._view.record(state)
         return state
 
+    def _log_change(self, was: TripState | None, now: TripState) -> None:
+        if was is not None and was.tripped != now.tripped:
+            log.warning("shared BookKeeper tripwire %s: %s", self._id, now.describe())
+
     async def refresh(self) -> TripState:
-        self._loop = asyncio.get_running_loop()
-        started = time.monotonic()
-        state = await read(self._client, self._id)
-        last = self._last
-        if last is not None and last[1] > started:
-            return last[0]
-        self._last = (state, started)
-        if last is not None and last[0].tripped != state.tripped:
-            log.warning("shared BookKeeper tripwire %s: %s", self._id, state.describe())
-        return state
+        return await self._view.refresh()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Read it every ``every_seconds`` until ``stop``; a failed read keeps the last state, which goes
         stale (and unknown namespaces wait) if reads keep failing."""
-        await kill_switch.poll(self.refresh, self._every, stop, "shared BookKeeper tripwire")
+        await self._view.run(stop, "shared BookKeeper tripwire")
