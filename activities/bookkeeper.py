@@ -210,7 +210,7 @@ class BookKeeperReadActivities:
             return "Pulsar's metadata store"
         return f"the metadata store {store.hosts} of another Pulsar cluster sharing this BookKeeper"
 
-    def _unknown_namespace(self, request: PendingDeleteLedgerInfo, created_ms: int) -> tuple[str, str]:
+    def _unknown_namespace(self, request: PendingDeleteLedgerInfo, created_ms: int | None) -> tuple[str, str]:
         """Why the ledger's tagged namespace (``judge`` matched the request's names to its tags) makes it
         another cluster's, or "" when it does not; and the namespace when no store has it (the delete asks
         the tripwire again, ``BookKeeperDeleteActivities``).
@@ -218,7 +218,8 @@ class BookKeeperReadActivities:
         Known to any store: "". With other stores declared, known to none: another cluster's, perhaps one
         nobody declared. With ``none``: a recent ledger is evidence of another writer and trips the tripwire
         (``ledger_deletion.tripwire``, which says why recent); an old one is kept only while it is tripped
-        (a namespace deleted half-way leaves old orphans, which may go).
+        (a namespace deleted half-way leaves old orphans, which may go). ``created_ms`` None (offloaded
+        objects, whose BookKeeper ledger may be long gone): never evidence, kept while tripped.
         """
         if not self._others and self._tripwire is None:
             return "", ""
@@ -237,7 +238,7 @@ class BookKeeperReadActivities:
                 "ledger may be a cluster's nobody declared"
             ), shown
         assert self._tripwire is not None
-        if is_evidence(created_ms, time.time()):
+        if created_ms is not None and is_evidence(created_ms, time.time()):
             state = self._tripwire.report(Evidence(shown, request.ledger_id, created_ms, "the workflow pool"))
             return (
                 f"namespace {shown} is not this cluster's, and the ledger was created "
@@ -332,6 +333,11 @@ class BookKeeperReadActivities:
         offload = request.context.offload_context if request.context else None
         if offload is None:
             return OffloadListedResult()
+        # Clusters sharing a BookKeeper often share its offload bucket too, and the objects' ManagedLedgerName
+        # (what the offload pool compares) names no cluster: the BookKeeper rule applies to them as well.
+        kept, _ = self._unknown_namespace(request, None)
+        if kept:
+            return OffloadListedResult(unknown_namespace=kept)
         wanted = {offload_uuid(offload.uid_msb, offload.uid_lsb)} if offload.has_uid else set()
         wanted.update(offload_uuid(seg.uid_msb, seg.uid_lsb) for seg in offload.offload_segment)
         name = request.managed_ledger_name

@@ -322,6 +322,10 @@ class OffloadListedResult:
     # ledger's entry in its ManagedLedgerInfo under the request's offload uuid (or one of its segments'). A
     # trim whose store write failed leaves that entry, and the next owner reads the objects through it.
     listing: str = ""
+    # Why the objects may be another Pulsar cluster's (their namespace is known to none of the stores sharing
+    # this BookKeeper and its offload store, or the shared-BookKeeper tripwire is tripped): "" when not. Kept,
+    # SKIPPED_UNKNOWN_NAMESPACE, as a BookKeeper ledger of such a namespace is.
+    unknown_namespace: str = ""
 
 
 @dataclass(frozen=True)

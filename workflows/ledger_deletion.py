@@ -358,7 +358,9 @@ class LedgerDeletionWorkflow:
         verification.
         """
         owner_check = topic.exists and self._in_use_check_wanted(req)
-        offload_store_check = req.ledger_type is LedgerType.OFFLOAD_LEDGER and topic.exists
+        # Whether or not the topic still exists here: another store sharing the BookKeeper may list the
+        # objects, and their namespace may be another cluster's (check_offload_listed).
+        offload_store_check = req.ledger_type is LedgerType.OFFLOAD_LEDGER
         settled = verified is None or not (verified.metadata_store_listing or unsettled(req, verified))
         if not owner_check and not offload_store_check and settled:
             return verified
@@ -387,6 +389,8 @@ class LedgerDeletionWorkflow:
                     policy,
                     f"ledger {req.ledger_id} in {req.managed_ledger_name}",
                 )
+                if listed.unknown_namespace:
+                    raise Finished(Outcome.SKIPPED_UNKNOWN_NAMESPACE, listed.unknown_namespace)
                 if listed.listing:
                     return Kept(listed.listing, resent=False, replay_when=STORE_AHEAD)
             return None

@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActivities
@@ -30,6 +31,8 @@ from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, Pulsar
 from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerStatus,
+    OffloadListedInput,
+    OffloadListedResult,
     Outcome,
     Verdict,
     VerifyBkMetadataInput,
@@ -224,6 +227,37 @@ async def test_the_bookkeeper_pool_refuses_an_unknown_namespace_once_tripped(
         await _delete_schedule(temporal_client, wire)
 
 
+async def test_with_none_offloaded_objects_of_an_unknown_namespace_wait_for_the_tripwire(
+    stack: StackEndpoints, temporal_client: Client, cluster: SimulatedCluster
+) -> None:
+    """``none``: an offload is never evidence (nothing dates it), but once the tripwire is tripped the objects
+    of a namespace this cluster does not have are kept, as its BookKeeper ledgers are; unread, they wait."""
+    wire = tripwire.tripwire_id(f"ld-shbk-{uuid.uuid4().hex[:8]}")
+    view = tripwire.View(temporal_client, wire, "the test", 1.0, 10.0)
+    topic = f"gone-{uuid.uuid4().hex[:8]}/ns/t"
+    [ledger] = cluster.new_ledger_ids(1)
+    cluster.create_topic(topic, [ledger], offloaded=[ledger], bookkeeper_deleted=[ledger])
+    [request] = cluster.requests_for_trim(topic, [ledger])
+    cluster.zk.delete(f"/managed-ledgers/{topic.rsplit('/', 1)[0]}", recursive=True)  # deleted half-way
+    ledgers, ours = LedgerReader(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
+    reads = BookKeeperReadActivities(ledgers, ours, tripwire=view)
+    env = ActivityEnvironment()
+    try:
+        with pytest.raises(ApplicationError, match="TripwireStateUnknown"):  # retried by Temporal
+            env.run(reads.check_offload_listed, OffloadListedInput(request))
+        await view.refresh()
+        assert env.run(reads.check_offload_listed, OffloadListedInput(request)) == OffloadListedResult()
+        evidence = tripwire.Evidence("other/ns", 1, int(time.time() * 1000), "the test")
+        await tripwire.trip(temporal_client, wire, evidence, "the test")
+        await view.refresh()
+        kept = env.run(reads.check_offload_listed, OffloadListedInput(request))
+        assert "is not this cluster's and the shared-BookKeeper tripwire is TRIPPED" in kept.unknown_namespace
+    finally:
+        ledgers.close()
+        ours.close()
+        await _delete_schedule(temporal_client, wire)
+
+
 def _service_settings(settings: Settings, shared_with: str) -> Settings:
     uid = uuid.uuid4().hex[:8]
     return settings.with_overrides(
@@ -272,6 +306,59 @@ async def test_configured_with_the_other_store_the_service_deletes_none_of_its_l
     finally:
         if zk.exists(ledger_path(ghost_id)):
             zk.delete(ledger_path(ghost_id))
+
+
+async def test_offloaded_objects_follow_the_same_rule_whether_or_not_the_topic_is_ours(
+    clusters: TwoClusters,
+    settings: Settings,
+    temporal_client: Client,
+    zk: KazooClient,
+    make_cluster: Callable[..., SimulatedCluster],
+) -> None:
+    """The two clusters offload to one bucket, and the service is told to delete offloaded objects of topics
+    it does not have: B's, which B's store still lists, and a third cluster's nobody declared. Neither goes;
+    A's own offloaded orphan of a deleted topic still does.
+
+    Before, the workflow read the stores only while the topic existed here: B's listed objects were deleted
+    (DELETED), the namespace went unchecked."""
+    tenant = clusters.tenant
+    b_topic = f"{tenant}/only-b/offloaded"  # B's, listed in B's store only
+    [b_ledger] = clusters.b.new_ledger_ids(1)
+    clusters.b.create_topic(b_topic, [b_ledger], offloaded=[b_ledger], bookkeeper_deleted=[b_ledger])
+    ghost_root = f"/shbk-ghost-{uuid.uuid4().hex[:8]}"
+    ghost = make_cluster(metadata_root=ghost_root)  # a third cluster nobody declared, on the same bucket
+    ghost_topic = f"{tenant}/ghost-offload/t"
+    [ghost_ledger] = ghost.new_ledger_ids(1)
+    ghost.create_topic(
+        ghost_topic, [ghost_ledger], offloaded=[ghost_ledger], bookkeeper_deleted=[ghost_ledger]
+    )
+    a_topic = f"{tenant}/geo/offloaded-then-deleted"  # A's own, in a namespace A has
+    [a_ledger] = clusters.a.new_ledger_ids(1)
+    clusters.a.create_topic(a_topic, [a_ledger], offloaded=[a_ledger], bookkeeper_deleted=[a_ledger])
+    [b_request] = clusters.b.requests_for_trim(b_topic, [b_ledger])
+    [ghost_request] = ghost.requests_for_trim(ghost_topic, [ghost_ledger])
+    [a_request] = clusters.a.requests_for_trim(a_topic, [a_ledger])
+    assert {r.ledger_type for r in (b_request, ghost_request, a_request)} == {LedgerType.OFFLOAD_LEDGER}
+    keys = {
+        b_ledger: clusters.b.offload_keys(b_topic, b_ledger),
+        ghost_ledger: ghost.offload_keys(ghost_topic, ghost_ledger),
+        a_ledger: clusters.a.offload_keys(a_topic, a_ledger),
+    }
+    ghost.delete_topic(ghost_topic)
+    zk.delete(ghost_root, recursive=True)  # its store is nowhere this service can read
+    clusters.a.delete_topic(a_topic)
+    service = _service_settings(settings, clusters.b_store)
+    async with running_pools(service, temporal_client):
+        results = await _decide(service, temporal_client, [b_request, ghost_request, a_request])
+    # B's store lists the objects: kept through the grace, then dead-lettered for replay, as a ledger B
+    # lists is.
+    assert results[b_ledger].outcome is Outcome.DEAD_LETTERED, results[b_ledger]
+    assert "pulsar-b" in results[b_ledger].reason or "another Pulsar cluster" in results[b_ledger].reason
+    assert results[ghost_ledger].outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE, results[ghost_ledger]
+    assert f"namespace {tenant}/ghost-offload is known to none" in results[ghost_ledger].reason
+    assert results[a_ledger].outcome is Outcome.DELETED, results[a_ledger]
+    for ledger, kept in ((b_ledger, True), (ghost_ledger, True), (a_ledger, False)):
+        assert [clusters.a.object_exists(key, bucket) for bucket, key in keys[ledger]] == [kept] * 2, ledger
 
 
 async def test_configured_none_the_tripwire_stops_unknown_namespace_deletes(

@@ -82,6 +82,7 @@ class Fakes:
         default_factory=lambda: [False]
     )  # verify's metadata store listing, in turn
     offload_listed: list[bool] = field(default_factory=lambda: [False])  # check_offload_listed, in turn
+    offload_unknown_namespace: str = ""  # check_offload_listed's unknown_namespace
     states: list[str] = field(default_factory=lambda: ["CLOSED"])  # verify's BookKeeper state, in turn
     ages: list[float | None] = field(default_factory=lambda: [None])  # verify's age_seconds, in turn
     newest_listed: int = -1  # verify's newest ledger listed by the ledger's owner in the store
@@ -170,7 +171,10 @@ class Fakes:
             fakes.call("check_offload_listed")
             queue = fakes.offload_listed
             listed = queue.pop(0) if len(queue) > 1 else queue[0]
-            return OffloadListedResult("its managed ledger lists it offloaded under its uuid" * listed)
+            return OffloadListedResult(
+                "its managed ledger lists it offloaded under its uuid" * listed,
+                fakes.offload_unknown_namespace,
+            )
 
         def refuse_while_paused() -> None:
             deletes = fakes.calls["delete_bk_ledger"] + fakes.calls["delete_offload_segment"]

@@ -350,11 +350,34 @@ async def test_offloaded_objects_the_store_drops_during_the_grace_are_deleted(ha
     assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_offload_listed"] == 2
 
 
-async def test_offloaded_objects_of_a_deleted_topic_need_no_store_read(harness: Harness) -> None:
+async def test_offloaded_objects_of_a_deleted_topic_are_deleted_after_one_store_read(
+    harness: Harness,
+) -> None:
     harness.fakes.topic_exists = False
-    harness.fakes.offload_listed = [True]  # would be wrong to ask: no managed ledger is there
     result = await harness.run(offload_request())
-    assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_offload_listed"] == 0
+    assert result.outcome is Outcome.DELETED and harness.fakes.calls["check_offload_listed"] == 1
+    assert harness.fakes.calls["ask_owner_broker"] == 0  # no topic here, no owner to ask
+
+
+async def test_offloaded_objects_another_store_lists_are_kept_though_the_topic_is_not_ours(
+    harness: Harness,
+) -> None:
+    """Another Pulsar cluster sharing the BookKeeper (and its bucket) lists them: kept through the grace."""
+    harness.fakes.topic_exists = False
+    harness.fakes.offload_listed = [True]
+    result = await harness.run(offload_request())
+    kept_for_replay(harness, result, "offloaded under its uuid")
+    assert harness.fakes.calls["delete_offload_segment"] == 0
+
+
+async def test_offloaded_objects_of_an_unknown_namespace_are_skipped(harness: Harness) -> None:
+    harness.fakes.topic_exists = False
+    harness.fakes.offload_unknown_namespace = (
+        "namespace t/ns is known to none of the 2 Pulsar metadata stores"
+    )
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE and "known to none" in result.reason
+    assert harness.fakes.calls["delete_offload_segment"] == 0 and harness.fakes.acked
 
 
 @pytest.mark.parametrize("state", ["OPEN", "IN_RECOVERY"])
