@@ -69,6 +69,13 @@ SHAPES: dict[str, Shape] = {
     "version_changed": Shape(data_request(901), {"delete_statuses": VERSION_RACE}),
     "dead_lettered": Shape(data_request(901), {"delete_error": "ZooKeeper gone"}),
     "offloaded": Shape(offload_request(900)),
+    # The topic is gone here: no owner to ask, but the stores are read (another cluster's may list it).
+    "offload_topic_gone": Shape(offload_request(900), {"topic_exists": False}),
+    # Its namespace is another cluster's: kept, acked, nothing deleted.
+    "offload_unknown_namespace": Shape(
+        offload_request(900),
+        {"topic_exists": False, "offload_unknown_namespace": "namespace t/ns is known to no store"},
+    ),
     "schema_listed_then_deleted": Shape(schema_request(902), {"schema_listed": [True, False]}),
     # The owner no longer lists the ledger, Pulsar's metadata store still does for one more check.
     "store_listed_then_deleted": Shape(data_request(901), {"store_listed": [True, True, False]}),
