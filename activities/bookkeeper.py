@@ -335,9 +335,9 @@ class BookKeeperReadActivities:
             return OffloadListedResult()
         # Clusters sharing a BookKeeper often share its offload bucket too, and the objects' ManagedLedgerName
         # (what the offload pool compares) names no cluster: the BookKeeper rule applies to them as well.
-        kept, _ = self._unknown_namespace(request, None)
+        kept, unknown = self._unknown_namespace(request, None)
         if kept:
-            return OffloadListedResult(unknown_namespace=kept)
+            return OffloadListedResult(namespace_refusal=kept)
         wanted = {offload_uuid(offload.uid_msb, offload.uid_lsb)} if offload.has_uid else set()
         wanted.update(offload_uuid(seg.uid_msb, seg.uid_lsb) for seg in offload.offload_segment)
         name = request.managed_ledger_name
@@ -346,7 +346,7 @@ class BookKeeperReadActivities:
             info, unreadable = self._stored(store, data, parse_managed_ledger_info, f"managed ledger {name}")
             if info is None:
                 if unreadable:
-                    return OffloadListedResult(unreadable)
+                    return OffloadListedResult(unreadable, unknown_namespace=unknown)
                 continue
             for entry in info.ledgerInfo:
                 if entry.ledgerId != request.ledger_id or not entry.HasField("offloadContext"):
@@ -360,9 +360,10 @@ class BookKeeperReadActivities:
                 stored.update(offload_uuid(seg.uidMsb, seg.uidLsb) for seg in context.offloadSegment)
                 if shared := sorted(stored & wanted):
                     return OffloadListedResult(
-                        f"{name} lists it in {self._store_name(store)}, offloaded as {', '.join(shared)}"
+                        f"{name} lists it in {self._store_name(store)}, offloaded as {', '.join(shared)}",
+                        unknown_namespace=unknown,
                     )
-        return OffloadListedResult()
+        return OffloadListedResult(unknown_namespace=unknown)
 
     def _owner_entries(
         self, request: PendingDeleteLedgerInfo, owner_digest: str

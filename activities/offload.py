@@ -16,6 +16,7 @@ from ledger_deletion.errors import (
     ConfigurationError,
     DeletionNotConfirmed,
     InvalidRequestError,
+    TripwireStateUnknown,
     UnsupportedOffloadDriver,
 )
 from ledger_deletion.formats.offload_keys import (
@@ -26,6 +27,7 @@ from ledger_deletion.formats.offload_keys import (
     offload_keys_for_context,
 )
 from ledger_deletion.request import LedgerInfo, OffloadContext
+from ledger_deletion.tripwire import View
 
 # jclouds provider names whose blobs live in an S3-compatible store this service can reach.
 S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
@@ -38,10 +40,12 @@ class OffloadActivities:
         default_bucket: str,
         endpoint_aliases: Iterable[str] = (),
         may_delete: Callable[[], None] = lambda: None,
+        tripwire: View | None = None,
     ) -> None:
         """``endpoint_aliases``: other URLs of ``store``'s endpoint that driver metadata may name
         (``LEDGER_DELETION_S3_ENDPOINT_ALIASES``). ``may_delete`` raises when deletes must not run now (the
-        kill switch, as ``BookKeeperDeleteActivities`` takes it).
+        kill switch, as ``BookKeeperDeleteActivities`` takes it). ``tripwire``: the shared-BookKeeper
+        tripwire, asked again before the objects of a namespace this cluster does not have go.
 
         Raises:
             ConfigurationError: the store's endpoint or an alias is not an http(s) URL.
@@ -49,6 +53,7 @@ class OffloadActivities:
         self._store = store
         self._default_bucket = default_bucket
         self._may_delete = may_delete
+        self._tripwire = tripwire
         try:
             self._location = ObjectStoreLocation(store.endpoint_url, store.region, tuple(endpoint_aliases))
         except ValueError as exc:
@@ -58,6 +63,17 @@ class OffloadActivities:
     @translate_errors
     def delete_offload_segment(self, inp: DeleteOffloadInput) -> DeleteOffloadResult:
         self._may_delete()  # before anything: a paused delete changes nothing
+        if inp.unknown_namespace:
+            # Checked before the shared-BookKeeper tripwire tripped, perhaps long ago (a grace, a pause): the
+            # objects of a namespace this cluster does not have go only while it is still untripped.
+            if self._tripwire is None:
+                raise TripwireStateUnknown("this process does not read the shared-BookKeeper tripwire")
+            if self._tripwire.current().tripped:
+                return DeleteOffloadResult(
+                    Outcome.SKIPPED_UNKNOWN_NAMESPACE,
+                    reason=f"namespace {inp.unknown_namespace} is not this cluster's and the "
+                    "shared-BookKeeper tripwire tripped before the delete",
+                )
         found = self._find(inp)
         if found.refused:
             return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=found.refused)

@@ -325,6 +325,9 @@ class OffloadListedResult:
     # Why the objects may be another Pulsar cluster's (their namespace is known to none of the stores sharing
     # this BookKeeper and its offload store, or the shared-BookKeeper tripwire is tripped): "" when not. Kept,
     # SKIPPED_UNKNOWN_NAMESPACE, as a BookKeeper ledger of such a namespace is.
+    namespace_refusal: str = ""
+    # Their namespace when this cluster does not have it and nothing refused it yet (``none``, untripped):
+    # the delete asks the tripwire again (DeleteOffloadInput.unknown_namespace).
     unknown_namespace: str = ""
 
 
@@ -358,11 +361,14 @@ class DeleteOffloadInput:
     ledger_id: int
     managed_ledger_name: str
     context: LedgerInfo
+    # As DeleteBkLedgerInput's (OffloadListedResult.unknown_namespace): the delete refuses the objects if the
+    # shared-BookKeeper tripwire has tripped since they were checked.
+    unknown_namespace: str = ""
 
 
 @dataclass(frozen=True)
 class DeleteOffloadResult:
-    outcome: Outcome  # DELETED | ALREADY_DELETED | SKIPPED_METADATA_MISMATCH
+    outcome: Outcome  # DELETED | ALREADY_DELETED | SKIPPED_METADATA_MISMATCH | SKIPPED_UNKNOWN_NAMESPACE
     deleted_keys: list[str] = field(default_factory=list)
     reason: str = ""
     bytes: int = 0  # the deleted objects' sizes, from HEAD

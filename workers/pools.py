@@ -135,10 +135,10 @@ async def run_pools(
         if not shadow and wanted & {"bookkeeper", "offload"}:
             deleting = "+".join(sorted(wanted & {"bookkeeper", "offload"}))
             running.kill_switch = await _kill_switch(temporal, settings, stop, stack, deleting)
-        # The shared-BookKeeper tripwire: the checks decide by it, the bookkeeper pool asks it again.
+        # The shared-BookKeeper tripwire: the checks decide by it, the deleting pools ask it again.
         view = (
             await _tripwire(temporal, settings, stop, stack)
-            if "workflow" in wanted or ("bookkeeper" in wanted and not shadow)
+            if "workflow" in wanted or (wanted & {"bookkeeper", "offload"} and not shadow)
             else None
         )
         # One builder per pool, in this order: it is the order of the workers (and of their queues).
@@ -147,7 +147,7 @@ async def run_pools(
         if "bookkeeper" in wanted:
             await _bookkeeper_pool(settings, hosted, stack, running.kill_switch, view)
         if "offload" in wanted:
-            _offload_pool(settings, hosted, running.kill_switch)
+            _offload_pool(settings, hosted, running.kill_switch, view)
         if "pulsar" in wanted:
             await _pulsar_pool(settings, hosted, stack, running, temporal, eager_start="workflow" in wanted)
         running.workers += [
@@ -217,13 +217,16 @@ async def _bookkeeper_pool(
     hosted.on(settings.task_queue("bookkeeper")).rate = settings.bk_deletes_per_second
 
 
-def _offload_pool(settings: Settings, hosted: _Queues, switch: kill_switch.Watch | None) -> None:
+def _offload_pool(
+    settings: Settings, hosted: _Queues, switch: kill_switch.Watch | None, view: tripwire.View | None
+) -> None:
     """The offloaded objects' delete (live mode) and inspection (both modes)."""
     offload = OffloadActivities(
         object_store(settings, settings.offload_concurrency),
         settings.offload_bucket,
         settings.s3_endpoint_alias_list,
         may_delete=switch.check if switch is not None else _shadow_deletes_nothing,
+        tripwire=view,
     )
     # A live process inspects too: it runs a request outside its live allow-list in shadow.
     inspect = [offload.inspect_offload_segment]

@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -137,6 +138,9 @@ class LedgerDeletionWorkflow:
         # ``_decided`` its evidence and when it was made; sent with the ack (AuditNote), no event of its own.
         self._evidence: dict[str, str] = {}
         self._evidence_of: list[tuple[dict[str, str], str]] = []
+        # The offloaded objects' namespace when this cluster does not have it (check_offload_listed's last
+        # answer in the decision under way): the delete asks the tripwire again.
+        self._offload_unknown_namespace = ""
 
     @workflow.signal(name=ADD_MESSAGE_SIGNAL)
     def add_message(self, ref: MessageRef) -> None:
@@ -296,7 +300,8 @@ class LedgerDeletionWorkflow:
             self._tell(f"deleting the offloaded objects of ledger {req.ledger_id}")
             result = await self._destructive(
                 Step.DELETE_OFFLOAD_SEGMENT,
-                objects,
+                # The namespace as the latest check found it: the offload pool asks the tripwire again.
+                replace(objects, unknown_namespace=self._offload_unknown_namespace),
                 DeleteOffloadResult,
                 policy.offload_queue,
                 policy,
@@ -389,8 +394,9 @@ class LedgerDeletionWorkflow:
                     policy,
                     f"ledger {req.ledger_id} in {req.managed_ledger_name}",
                 )
-                if listed.unknown_namespace:
-                    raise Finished(Outcome.SKIPPED_UNKNOWN_NAMESPACE, listed.unknown_namespace)
+                if listed.namespace_refusal:
+                    raise Finished(Outcome.SKIPPED_UNKNOWN_NAMESPACE, listed.namespace_refusal)
+                self._offload_unknown_namespace = listed.unknown_namespace
                 if listed.listing:
                     return Kept(listed.listing, resent=False, replay_when=STORE_AHEAD)
             return None

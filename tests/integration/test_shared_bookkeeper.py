@@ -24,13 +24,17 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.bookkeeper import BookKeeperDeleteActivities, BookKeeperReadActivities
+from activities.offload import OffloadActivities
 from devstack.cluster import SimulatedCluster, SimulatedTopic
 from devstack.stack import StackEndpoints
 from ledger_deletion import tripwire
+from ledger_deletion.adapters.object_store import ObjectStore
 from ledger_deletion.adapters.zookeeper import LedgerReader, LedgerStore, PulsarMetadataStore
 from ledger_deletion.contracts import (
     DeleteBkLedgerInput,
     DeleteBkLedgerStatus,
+    DeleteOffloadInput,
+    DeleteOffloadResult,
     OffloadListedInput,
     OffloadListedResult,
     Outcome,
@@ -231,27 +235,55 @@ async def test_with_none_offloaded_objects_of_an_unknown_namespace_wait_for_the_
     stack: StackEndpoints, temporal_client: Client, cluster: SimulatedCluster
 ) -> None:
     """``none``: an offload is never evidence (nothing dates it), but once the tripwire is tripped the objects
-    of a namespace this cluster does not have are kept, as its BookKeeper ledgers are; unread, they wait."""
+    of a namespace this cluster does not have are kept, as its BookKeeper ledgers are: by the check, and by
+    the offload pool, which asks again before it deletes (a grace or a pause may lie between). Unread, they
+    wait."""
     wire = tripwire.tripwire_id(f"ld-shbk-{uuid.uuid4().hex[:8]}")
     view = tripwire.View(temporal_client, wire, "the test", 1.0, 10.0)
-    topic = f"gone-{uuid.uuid4().hex[:8]}/ns/t"
-    [ledger] = cluster.new_ledger_ids(1)
-    cluster.create_topic(topic, [ledger], offloaded=[ledger], bookkeeper_deleted=[ledger])
-    [request] = cluster.requests_for_trim(topic, [ledger])
-    cluster.zk.delete(f"/managed-ledgers/{topic.rsplit('/', 1)[0]}", recursive=True)  # deleted half-way
+    namespace = f"gone-{uuid.uuid4().hex[:8]}/ns"
+    topic = f"{namespace}/t"
+    first, second = cluster.new_ledger_ids(2)
+    cluster.create_topic(
+        topic, [first, second], offloaded=[first, second], bookkeeper_deleted=[first, second]
+    )
+    requests = {r.ledger_id: r for r in cluster.requests_for_trim(topic, [first, second])}
+    keys = {ledger: cluster.offload_keys(topic, ledger) for ledger in (first, second)}
+    cluster.zk.delete(f"/managed-ledgers/{namespace}", recursive=True)  # the namespace deleted half-way
     ledgers, ours = LedgerReader(stack.zookeeper), PulsarMetadataStore(stack.zookeeper)
     reads = BookKeeperReadActivities(ledgers, ours, tripwire=view)
+    deletes = OffloadActivities(ObjectStore(stack.s3_endpoint), cluster.bucket, tripwire=view)
+    blind = OffloadActivities(ObjectStore(stack.s3_endpoint), cluster.bucket)  # reads no tripwire
+
+    def delete(activities: OffloadActivities, ledger: int) -> DeleteOffloadResult:
+        request = requests[ledger]
+        assert request.context is not None
+        objects = DeleteOffloadInput(ledger, request.managed_ledger_name, request.context, namespace)
+        result: DeleteOffloadResult = env.run(activities.delete_offload_segment, objects)
+        return result
+
     env = ActivityEnvironment()
     try:
         with pytest.raises(ApplicationError, match="TripwireStateUnknown"):  # retried by Temporal
-            env.run(reads.check_offload_listed, OffloadListedInput(request))
+            env.run(reads.check_offload_listed, OffloadListedInput(requests[first]))
         await view.refresh()
-        assert env.run(reads.check_offload_listed, OffloadListedInput(request)) == OffloadListedResult()
+        # Untripped: an old orphan of a namespace deleted half-way; the delete asks again, and it may go.
+        listed = env.run(reads.check_offload_listed, OffloadListedInput(requests[first]))
+        assert listed == OffloadListedResult(unknown_namespace=namespace)
+        with pytest.raises(ApplicationError, match="TripwireStateUnknown"):
+            delete(blind, first)
+        assert delete(deletes, first).outcome is Outcome.DELETED
         evidence = tripwire.Evidence("other/ns", 1, int(time.time() * 1000), "the test")
         await tripwire.trip(temporal_client, wire, evidence, "the test")
         await view.refresh()
-        kept = env.run(reads.check_offload_listed, OffloadListedInput(request))
-        assert "is not this cluster's and the shared-BookKeeper tripwire is TRIPPED" in kept.unknown_namespace
+        kept = env.run(reads.check_offload_listed, OffloadListedInput(requests[second]))
+        assert "is not this cluster's and the shared-BookKeeper tripwire is TRIPPED" in kept.namespace_refusal
+        # Checked before the trip, deleted after it: the offload pool refuses.
+        refused = delete(deletes, second)
+        assert refused.outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE, refused
+        assert "tripwire tripped before the delete" in refused.reason
+        assert [cluster.object_exists(k, b) for b, k in keys[first] + keys[second]] == [False] * 2 + [
+            True
+        ] * 2
     finally:
         ledgers.close()
         ours.close()

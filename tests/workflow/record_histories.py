@@ -74,7 +74,7 @@ SHAPES: dict[str, Shape] = {
     # Its namespace is another cluster's: kept, acked, nothing deleted.
     "offload_unknown_namespace": Shape(
         offload_request(900),
-        {"topic_exists": False, "offload_unknown_namespace": "namespace t/ns is known to no store"},
+        {"topic_exists": False, "offload_namespace_refusal": "namespace t/ns is known to no store"},
     ),
     "schema_listed_then_deleted": Shape(schema_request(902), {"schema_listed": [True, False]}),
     # The owner no longer lists the ledger, Pulsar's metadata store still does for one more check.

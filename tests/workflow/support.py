@@ -82,7 +82,9 @@ class Fakes:
         default_factory=lambda: [False]
     )  # verify's metadata store listing, in turn
     offload_listed: list[bool] = field(default_factory=lambda: [False])  # check_offload_listed, in turn
+    offload_namespace_refusal: str = ""  # check_offload_listed's namespace_refusal
     offload_unknown_namespace: str = ""  # check_offload_listed's unknown_namespace
+    offload_deletes: list[DeleteOffloadInput] = field(default_factory=list)  # each input, in turn
     states: list[str] = field(default_factory=lambda: ["CLOSED"])  # verify's BookKeeper state, in turn
     ages: list[float | None] = field(default_factory=lambda: [None])  # verify's age_seconds, in turn
     newest_listed: int = -1  # verify's newest ledger listed by the ledger's owner in the store
@@ -173,6 +175,7 @@ class Fakes:
             listed = queue.pop(0) if len(queue) > 1 else queue[0]
             return OffloadListedResult(
                 "its managed ledger lists it offloaded under its uuid" * listed,
+                fakes.offload_namespace_refusal,
                 fakes.offload_unknown_namespace,
             )
 
@@ -203,6 +206,7 @@ class Fakes:
         @activity.defn(name="delete_offload_segment")
         def delete_offload_segment(inp: DeleteOffloadInput) -> DeleteOffloadResult:
             fakes.call("delete_offload_segment")
+            fakes.offload_deletes.append(inp)
             refuse_while_paused()
             return DeleteOffloadResult(fakes.offload_outcome, deleted_keys=["s3://b/k"], bytes=10)
 

@@ -372,12 +372,32 @@ async def test_offloaded_objects_another_store_lists_are_kept_though_the_topic_i
 
 async def test_offloaded_objects_of_an_unknown_namespace_are_skipped(harness: Harness) -> None:
     harness.fakes.topic_exists = False
-    harness.fakes.offload_unknown_namespace = (
+    harness.fakes.offload_namespace_refusal = (
         "namespace t/ns is known to none of the 2 Pulsar metadata stores"
     )
     result = await harness.run(offload_request())
     assert result.outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE and "known to none" in result.reason
     assert harness.fakes.calls["delete_offload_segment"] == 0 and harness.fakes.acked
+
+
+async def test_the_offload_delete_is_told_the_unknown_namespace_to_ask_the_tripwire_again(
+    harness: Harness,
+) -> None:
+    """``none``, untripped: the objects may go, but the offload pool asks the tripwire again first."""
+    harness.fakes.topic_exists = False
+    harness.fakes.offload_unknown_namespace = "gone/ns"
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.DELETED
+    assert [d.unknown_namespace for d in harness.fakes.offload_deletes] == ["gone/ns"]
+
+
+async def test_an_offload_delete_the_tripwire_refuses_is_kept_and_acked(harness: Harness) -> None:
+    harness.fakes.topic_exists = False
+    harness.fakes.offload_unknown_namespace = "gone/ns"
+    harness.fakes.offload_outcome = Outcome.SKIPPED_UNKNOWN_NAMESPACE
+    result = await harness.run(offload_request())
+    assert result.outcome is Outcome.SKIPPED_UNKNOWN_NAMESPACE and result.messages_acked == 1
+    assert not harness.fakes.dead_letters
 
 
 @pytest.mark.parametrize("state", ["OPEN", "IN_RECOVERY"])
