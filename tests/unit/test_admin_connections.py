@@ -36,7 +36,7 @@ class _CountingServer(ThreadingHTTPServer):
 
 class _Handler(AdminHandler):
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-        time.sleep(0.05)  # long enough that all callers are in flight at once
+        time.sleep(0.3)  # long enough that all callers are in flight at once, on a loaded machine too
         self.reply(200, json.dumps({"partitions": 0}).encode())
 
 
