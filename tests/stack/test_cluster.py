@@ -32,21 +32,6 @@ def test_new_ledger_ids_are_unique(cluster: SimulatedCluster) -> None:
     assert len(set(ids)) == 10
 
 
-def test_new_ledger_ids_pass_over_a_ledger_another_writer_left(cluster: SimulatedCluster, zk: Any) -> None:
-    """Another writer (test_demo_own_state's planted cluster) left ledgers at the ids handed out next: a
-    cluster that writes to the stack's root is not given one of them."""
-    (last,) = cluster.new_ledger_ids(1)
-    planted = range(last + 1, last + 11)
-    for ledger_id in planted:
-        zk.create(ledger_path(ledger_id), b"another writer's", makepath=True)
-    try:
-        fresh = cluster.new_ledger_ids(3)
-        assert not set(fresh) & set(planted) and min(fresh) > last
-    finally:
-        for ledger_id in planted:
-            zk.delete(ledger_path(ledger_id))
-
-
 def test_topic_ledgers_carry_pulsar_tags_and_offloaded_objects_exist(
     cluster: SimulatedCluster, zk: Any, stack: StackEndpoints
 ) -> None:

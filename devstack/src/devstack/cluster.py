@@ -149,27 +149,19 @@ class SimulatedCluster:
 
     # --- ids -----------------------------------------------------------------------------------------------
 
-    def new_ledger_ids(self, count: int = 1, *, skip_taken: bool = True) -> list[int]:
+    def new_ledger_ids(self, count: int = 1) -> list[int]:
         """Fresh ledger ids, allocated as BookKeeper's legacy id generator does.
 
         An ephemeral-sequential znode ``<root>/idgen/ID-<seq>`` is created and deleted; its sequence number
         is the id. ZooKeeper keeps the counter, so ids never repeat across processes or restarts.
-
-        ``skip_taken``: an id whose ledger znode already exists is passed over. On a real BookKeeper every
-        writer takes its ids from the generator, so none exists; on the shared test stack a writer that
-        does not (``tests/stack/test_demo_own_state.py`` plants another cluster's ledgers at the ids handed
-        out next) would otherwise give this cluster a ledger that is already there. The demo passes
-        ``False``: its ledgers live in a chroot of its own, and meeting such ids is what that test shows.
         """
         ids: list[int] = []
-        while len(ids) < count:
+        for _ in range(count):
             path = self.zk.create(
                 f"{self.ledgers_root}/idgen/ID-", b"", ephemeral=True, sequence=True, makepath=True
             )
             self.zk.delete(path)
-            ledger_id = int(path.rsplit("-", 1)[1])
-            if not (skip_taken and self.zk.exists(ledger_path(ledger_id, self.ledgers_root))):
-                ids.append(ledger_id)
+            ids.append(int(path.rsplit("-", 1)[1]))
         return ids
 
     # --- topics --------------------------------------------------------------------------------------------

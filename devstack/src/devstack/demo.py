@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import time
@@ -115,9 +114,7 @@ async def _demo(console: Console, grace_seconds: float, state_dir: Path | None) 
     try:
         # State of its own (devstack.demo_state): whatever earlier runs left in the stack stays out of sight.
         root = SimulatedCluster(root_zk, endpoints.s3_client(), bucket=endpoints.offload_bucket)
-        # Not skipping ids whose ledger exists in the stack's root: the demo's own ledgers are in its chroot.
-        allocate = functools.partial(root.new_ledger_ids, skip_taken=False)
-        ids = await fresh_ledger_ids(client, allocate, LEDGER_IDS)
+        ids = await fresh_ledger_ids(client, root.new_ledger_ids, LEDGER_IDS)
         metrics = f"http://{HOST}:{stack.ports.pulsar_metrics}/metrics"  # for the live backlog (step 5)
         with own_cluster(endpoints, base, "demo", pulsar_metrics=metrics) as own:
             return await _steps(console, endpoints, client, own, ids)

@@ -111,8 +111,8 @@ class DemoCluster(SimulatedCluster):
         super().__init__(*args, **kwargs)
         self._ids = ids
 
-    def new_ledger_ids(self, count: int = 1, *, skip_taken: bool = True) -> list[int]:
-        return self._ids(count)  # checked beforehand; in the chroot, nothing else takes them
+    def new_ledger_ids(self, count: int = 1) -> list[int]:
+        return self._ids(count)
 
 
 async def fresh_ledger_ids(client: Client, allocate: Callable[[int], list[int]], count: int) -> LedgerIds:
