@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,8 +59,12 @@ def _result(outcome: Outcome, ledger_id: int, *, keys: list[str], size: int = 10
     )
 
 
-def test_agreement_names_each_difference_between_shadow_and_live(cluster: SimulatedCluster) -> None:
-    kept, gone, skipped, resized = cluster.new_ledger_ids(4)
+def test_agreement_names_each_difference_between_shadow_and_live(
+    cluster: SimulatedCluster, new_ledger_id: Any
+) -> None:
+    # Not from the stack's id generator: test_demo_own_state plants another cluster's ledgers at the ids it
+    # hands out next, and "gone" must be a ledger nobody wrote.
+    kept, gone, skipped, resized = (new_ledger_id() for _ in range(4))
     cluster.add_foreign_ledger(kept)  # a znode that is still there
     path = {i: ledger_path(i, cluster.ledgers_root) for i in (kept, gone, skipped, resized)}
     shadow = [_result(Outcome.WOULD_DELETE, i, keys=[path[i]]) for i in (kept, gone, skipped, resized)]
