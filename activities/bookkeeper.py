@@ -29,7 +29,7 @@ from ledger_deletion.contracts import (
     VerifyBkMetadataInput,
     VerifyBkMetadataResult,
 )
-from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound, TripwireStateUnknown
+from ledger_deletion.errors import MetadataFormatError, PulsarMetadataNotFound
 from ledger_deletion.formats.bk_metadata import LedgerMetadata, parse_ledger_metadata
 from ledger_deletion.formats.managed_ledger import (
     ledger_list_digest,
@@ -42,7 +42,7 @@ from ledger_deletion.formats.offload_keys import offload_uuid
 from ledger_deletion.formats.proto import MLDataFormats_pb2 as ml_pb
 from ledger_deletion.request import LedgerComponent, LedgerType, PendingDeleteLedgerInfo
 from ledger_deletion.shared_bookkeeper import namespace_of
-from ledger_deletion.tripwire import Evidence, View, is_evidence
+from ledger_deletion.tripwire import Evidence, View, is_evidence, refuses
 
 # Keys Pulsar writes into BK custom metadata (managed-ledger LedgerMetadataUtils).
 APPLICATION = "application"
@@ -446,13 +446,8 @@ class BookKeeperDeleteActivities:
     @translate_errors
     def delete_bk_ledger(self, inp: DeleteBkLedgerInput) -> DeleteBkLedgerResult:
         self._may_delete()  # before anything: a paused delete changes nothing
-        if inp.unknown_namespace:
-            # Verified before the shared-BookKeeper tripwire tripped, perhaps long ago (a grace, a pause): a
-            # ledger of a namespace this cluster does not have goes only while it is still untripped.
-            if self._tripwire is None:
-                raise TripwireStateUnknown("this process does not read the shared-BookKeeper tripwire")
-            if self._tripwire.current().tripped:
-                return DeleteBkLedgerResult(DeleteBkLedgerStatus.TRIPPED)
+        if inp.unknown_namespace and refuses(self._tripwire):
+            return DeleteBkLedgerResult(DeleteBkLedgerStatus.TRIPPED)
         deleted = self._store.delete(inp.ledger_id, inp.expected_version)
         if deleted is None and activity.info().attempt > 1:
             # An earlier attempt failed while or after sending its delete (connection lost, timed out), and

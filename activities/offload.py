@@ -16,7 +16,6 @@ from ledger_deletion.errors import (
     ConfigurationError,
     DeletionNotConfirmed,
     InvalidRequestError,
-    TripwireStateUnknown,
     UnsupportedOffloadDriver,
 )
 from ledger_deletion.formats.offload_keys import (
@@ -27,7 +26,7 @@ from ledger_deletion.formats.offload_keys import (
     offload_keys_for_context,
 )
 from ledger_deletion.request import LedgerInfo, OffloadContext
-from ledger_deletion.tripwire import View
+from ledger_deletion.tripwire import View, refuses
 
 # jclouds provider names whose blobs live in an S3-compatible store this service can reach.
 S3_DRIVERS = frozenset({"aws-s3", "s3", "S3", "AWS_S3"})
@@ -63,17 +62,12 @@ class OffloadActivities:
     @translate_errors
     def delete_offload_segment(self, inp: DeleteOffloadInput) -> DeleteOffloadResult:
         self._may_delete()  # before anything: a paused delete changes nothing
-        if inp.unknown_namespace:
-            # Checked before the shared-BookKeeper tripwire tripped, perhaps long ago (a grace, a pause): the
-            # objects of a namespace this cluster does not have go only while it is still untripped.
-            if self._tripwire is None:
-                raise TripwireStateUnknown("this process does not read the shared-BookKeeper tripwire")
-            if self._tripwire.current().tripped:
-                return DeleteOffloadResult(
-                    Outcome.SKIPPED_UNKNOWN_NAMESPACE,
-                    reason=f"namespace {inp.unknown_namespace} is not this cluster's and the "
-                    "shared-BookKeeper tripwire tripped before the delete",
-                )
+        if inp.unknown_namespace and refuses(self._tripwire):
+            return DeleteOffloadResult(
+                Outcome.SKIPPED_UNKNOWN_NAMESPACE,
+                reason=f"namespace {inp.unknown_namespace} is not this cluster's and the "
+                "shared-BookKeeper tripwire tripped before the delete",
+            )
         found = self._find(inp)
         if found.refused:
             return DeleteOffloadResult(Outcome.SKIPPED_METADATA_MISMATCH, reason=found.refused)

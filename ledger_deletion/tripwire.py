@@ -198,3 +198,16 @@ class View:
         """Read it every ``every_seconds`` until ``stop``; a failed read keeps the last state, which goes
         stale (and unknown namespaces wait) if reads keep failing."""
         await self._view.run(stop, "shared BookKeeper tripwire")
+
+
+def refuses(view: View | None) -> bool:
+    """Whether a delete checked while the tripwire was untripped (a ledger or objects of a namespace this
+    cluster does not have) must be refused now: it has tripped since. The deleting pools ask it, since a
+    grace or a pause may lie between the check and the delete.
+
+    Raises:
+        TripwireStateUnknown: this process does not read the tripwire, or has not lately.
+    """
+    if view is None:
+        raise TripwireStateUnknown("this process does not read the shared-BookKeeper tripwire")
+    return view.current().tripped
